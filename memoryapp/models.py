@@ -1,0 +1,506 @@
+"""The memory schema. Every per-user table carries user_id so it can be distributed by it."""
+
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Length
+from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
+from pgvector.django import CosineDistance, VectorField
+
+from memoryapp import clock
+
+User = settings.AUTH_USER_MODEL
+
+KINDS = ("preference", "constraint", "profile", "goal")
+ALWAYS_ON_KINDS = ("constraint", "profile")
+FACT_MAX_CHARS = 200
+
+
+class Kind(models.TextChoices):
+    PREFERENCE = "preference"
+    CONSTRAINT = "constraint"
+    PROFILE = "profile"
+    GOAL = "goal"
+
+
+class Organization(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=clock.now)
+
+    def __str__(self):
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        ADMIN = "admin"
+        MEMBER = "member"
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [
+            # one role per person per organisation
+            models.UniqueConstraint(fields=["user", "org"], name="membership_user_org_uniq"),
+        ]
+
+
+class MemorySettings(models.Model):
+    """Per-person memory switch (on by default)."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, primary_key=True, related_name="memory_settings")
+    memory_enabled = models.BooleanField(default=True)
+    changed_at = models.DateTimeField(default=clock.now)
+
+
+class ExternalIdentity(models.Model):
+    """The agent's own id for a person, unique within the organisation whose key sent it."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="external_ids")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="external_ids")
+    external_id = models.CharField(max_length=128)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [
+            # the API resolves (key's org, "user") to a person on every call
+            models.UniqueConstraint(fields=["org", "external_id"], name="extid_org_external_uniq"),
+        ]
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)  # sha256 hex; the key itself is never stored
+    created_at = models.DateTimeField(default=clock.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+
+class AgentSessionQuerySet(models.QuerySet):
+    def for_user(self, user):
+        return self.filter(user=user)
+
+    def open(self):
+        return self.filter(ended_at__isnull=True)
+
+
+class AgentSession(models.Model):
+    class Memory(models.TextChoices):
+        ON = "on"
+        OFF = "off"
+
+    class EndReason(models.TextChoices):
+        EXPLICIT = "explicit"
+        IDLE = "idle"
+        CAP = "cap"
+
+    class Extraction(models.TextChoices):
+        PENDING = "pending"  # open, or ended and waiting for the queue
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"  # will be retried by the sweeper until attempts run out
+        SKIPPED = "skipped"  # memory off: nothing is extracted
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="agent_sessions")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="agent_sessions")
+    memory = models.CharField(max_length=3, choices=Memory.choices, default=Memory.ON)
+    started_at = models.DateTimeField(default=clock.now)
+    last_activity_at = models.DateTimeField(default=clock.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=10, choices=EndReason.choices, blank=True)
+    extraction_status = models.CharField(max_length=10, choices=Extraction.choices, default=Extraction.PENDING)
+    extraction_attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    turn_count = models.PositiveIntegerField(default=0)
+    # The memory block computed by the first recall, reused for the whole session (prompt cache).
+    memory_block = models.TextField(null=True, blank=True)
+    memory_block_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentSessionQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # sweeper: open sessions ordered by last activity / start
+            models.Index(
+                fields=["last_activity_at"], condition=Q(ended_at__isnull=True), name="session_open_activity_idx"
+            ),
+            # sweeper and health page: ended sessions whose extraction has not finished
+            models.Index(
+                fields=["extraction_status", "next_attempt_at"],
+                condition=Q(ended_at__isnull=False) & ~Q(extraction_status__in=["done", "skipped"]),
+                name="session_backlog_idx",
+            ),
+            # "Conversations" page: a user's sessions, newest first
+            models.Index(fields=["user", "-started_at"], name="session_user_started_idx"),
+        ]
+
+    @property
+    def memory_on(self):
+        return self.memory == self.Memory.ON
+
+
+class TurnQuerySet(models.QuerySet):
+    def for_user(self, user):
+        return self.filter(user=user)
+
+
+class Turn(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="turns")
+    ordinal = models.PositiveIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField()
+    created_at = models.DateTimeField(default=clock.now)
+
+    objects = TurnQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["ordinal"]
+        constraints = [
+            # a session's turns in order; also the index for reading them back
+            models.UniqueConstraint(fields=["session", "ordinal"], name="turn_session_ordinal_uniq"),
+        ]
+        indexes = [
+            # retention job: old turns by age
+            models.Index(fields=["created_at"], name="turn_created_idx"),
+        ]
+
+
+class ExtractionRun(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="extraction_runs")
+    backend = models.CharField(max_length=20)  # anthropic | offline | scripted
+    model = models.CharField(max_length=100)
+    prompt_version = models.CharField(max_length=40)
+    input_hash = models.CharField(max_length=64)
+    started_at = models.DateTimeField(default=clock.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    error = models.TextField(blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    verdict_calls = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    raw_output = models.TextField(blank=True)
+    facts_proposed = models.PositiveIntegerField(default=0)  # valid items after validation
+    facts_dropped = models.PositiveIntegerField(default=0)  # items the validator rejected
+
+    class Meta:
+        indexes = [
+            # extraction health: runs per hour by status
+            models.Index(fields=["started_at", "status"], name="run_started_status_idx"),
+        ]
+
+
+class MemoryFactQuerySet(models.QuerySet):
+    def for_user(self, user):
+        return self.filter(user=user, scope=MemoryFact.Scope.PERSONAL)
+
+    def for_org(self, org):
+        return self.filter(org=org, scope=MemoryFact.Scope.ORG)
+
+    def live(self):
+        return self.filter(superseded_at__isnull=True, expired_at__isnull=True)
+
+    def for_model(self, model_name):
+        return self.filter(embedding_model=model_name)
+
+    def nearest(self, vector, floor=None, model_name=None):
+        """Order by cosine similarity to `vector` (exact), keeping those at or above `floor`."""
+        from memoryapp import embeddings
+
+        qs = self.for_model(model_name or embeddings.model_name()).annotate(
+            distance=CosineDistance("embedding", vector)
+        )
+        if floor is not None:
+            qs = qs.filter(distance__lte=1 - floor)
+        return qs.order_by("distance", "id")
+
+
+class MemoryFact(models.Model):
+    class Scope(models.TextChoices):
+        PERSONAL = "personal"
+        ORG = "org"
+
+    class Origin(models.TextChoices):
+        EXTRACTED = "extracted"
+        USER = "user"
+        ORG_ADMIN = "org_admin"
+        STAFF = "staff"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Personal facts belong to a user; org facts to an organisation (user is NULL).
+    user = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
+    scope = models.CharField(max_length=10, choices=Scope.choices, default=Scope.PERSONAL)
+    text = models.TextField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    # Dimension-less so each backend stores its own size; embedding_model says which.
+    embedding = VectorField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=80)
+    origin = models.CharField(max_length=12, choices=Origin.choices, default=Origin.EXTRACTED)
+    added_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    source_session = models.ForeignKey(
+        AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="source_of"
+    )
+    source_turns = ArrayField(models.PositiveIntegerField(), default=list, blank=True)  # turn ordinals
+    extraction_run = models.ForeignKey(
+        ExtractionRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="facts"
+    )
+    created_at = models.DateTimeField(default=clock.now)
+    last_confirmed_at = models.DateTimeField(default=clock.now)
+    confirmation_count = models.PositiveIntegerField(default=1)
+    last_recalled_at = models.DateTimeField(null=True, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replaced")
+    supersede_reason = models.CharField(max_length=20, blank=True)  # contradicts | corrected | staff
+    expired_at = models.DateTimeField(null=True, blank=True)
+    expired_rule = models.CharField(max_length=30, blank=True)
+
+    objects = MemoryFactQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=LessThanOrEqual(Length("text"), FACT_MAX_CHARS), name="fact_text_max_200"),
+            models.CheckConstraint(condition=GreaterThanOrEqual(Length("text"), 1), name="fact_text_not_empty"),
+            models.CheckConstraint(condition=Q(kind__in=KINDS), name="fact_kind_valid"),
+            models.CheckConstraint(
+                condition=(Q(scope="personal") & Q(user__isnull=False)) | (Q(scope="org") & Q(org__isnull=False)),
+                name="fact_scope_owner",
+            ),
+        ]
+        indexes = [
+            # recall and neighbour search: a user's live facts (exact cosine over a few hundred rows)
+            models.Index(
+                fields=["user", "kind", "-last_confirmed_at"],
+                condition=Q(superseded_at__isnull=True, expired_at__isnull=True),
+                name="fact_user_live_idx",
+            ),
+            # org-tier recall and the org memory page: an org's live facts
+            models.Index(
+                fields=["org", "kind"],
+                condition=Q(scope="org", superseded_at__isnull=True, expired_at__isnull=True),
+                name="fact_org_live_idx",
+            ),
+            # forgetting job: live facts by age, in batches
+            models.Index(
+                fields=["created_at"],
+                condition=Q(superseded_at__isnull=True, expired_at__isnull=True),
+                name="fact_live_created_idx",
+            ),
+            # history pages and erasure: all of a user's facts whatever their state
+            models.Index(fields=["user", "created_at"], name="fact_user_created_idx"),
+            # conversations pages: what a session taught
+            models.Index(fields=["source_session"], name="fact_source_session_idx"),
+        ]
+
+    def __str__(self):
+        return self.text
+
+    @property
+    def state(self):
+        if self.superseded_at:
+            return "superseded"
+        if self.expired_at:
+            return "expired"
+        return "live"
+
+
+class OrgFactProposal(models.Model):
+    """An org-scope fact noticed by extraction, waiting for an org admin."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="proposals")
+    proposed_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    text = models.TextField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    source_session = models.ForeignKey(AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    extraction_run = models.ForeignKey(
+        ExtractionRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=clock.now)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    fact = models.ForeignKey(MemoryFact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=LessThanOrEqual(Length("text"), FACT_MAX_CHARS), name="proposal_text_max_200"
+            ),
+            models.CheckConstraint(condition=Q(kind__in=KINDS), name="proposal_kind_valid"),
+        ]
+        indexes = [
+            # the admin's queue: pending proposals of one org
+            models.Index(fields=["org", "created_at"], condition=Q(status="pending"), name="proposal_pending_idx"),
+        ]
+
+
+class FactEvent(models.Model):
+    class Action(models.TextChoices):
+        CREATED = "created"
+        CONFIRMED = "confirmed"
+        SUPERSEDED = "superseded"
+        CORRECTED = "corrected"
+        DELETED = "deleted"
+        EXPIRED = "expired"
+        RESTORED = "restored"
+        PROPOSED = "proposed"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    class Actor(models.TextChoices):
+        EXTRACTOR = "extractor"
+        USER = "user"
+        STAFF = "staff"
+        ORG_ADMIN = "org_admin"
+        FORGETTING = "forgetting"
+
+    # fact_id is not a foreign key: a deletion event outlives the fact it records.
+    fact_id = models.UUIDField(null=True, blank=True)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    action = models.CharField(max_length=12, choices=Action.choices)
+    actor = models.CharField(max_length=12, choices=Actor.choices)
+    actor_user = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    session = models.ForeignKey(AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    related_fact_id = models.UUIDField(null=True, blank=True)  # the replacing / confirming fact
+    reason = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # a fact's timeline
+            models.Index(fields=["fact_id", "created_at"], name="event_fact_idx"),
+            # quality metrics: writes and supersessions per day
+            models.Index(fields=["created_at", "action"], name="event_created_action_idx"),
+        ]
+
+
+class RecallLog(models.Model):
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="recall_logs")
+    fact = models.ForeignKey(MemoryFact, on_delete=models.CASCADE, related_name="recall_logs")
+    tier = models.CharField(max_length=8)  # always | relevant | org
+    score = models.FloatField(null=True, blank=True)
+    position = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        ordering = ["created_at", "position"]
+        indexes = [
+            # "what was injected into this session"
+            models.Index(fields=["session", "created_at"], name="recall_session_idx"),
+            # "every session this fact was injected into"
+            models.Index(fields=["fact", "created_at"], name="recall_fact_idx"),
+        ]
+
+
+class RecallReview(models.Model):
+    """A staff judgement of one injected fact, for recall precision."""
+
+    recall_log = models.OneToOneField(RecallLog, on_delete=models.CASCADE, related_name="review")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")  # whose memory
+    reviewer = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, related_name="+")
+    relevant = models.BooleanField(null=True)  # NULL: drawn into the sample, not judged yet
+    sampled_at = models.DateTimeField(default=clock.now)
+    judged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # precision per month over judged rows
+            models.Index(fields=["judged_at"], condition=Q(relevant__isnull=False), name="review_judged_idx"),
+        ]
+
+
+class PortalLink(models.Model):
+    """A one-time sign-in link for an end user, issued to their agent."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=clock.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
+class SupportAccess(models.Model):
+    """Every time staff open a person's facts or conversations."""
+
+    staff = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, related_name="+")
+    staff_name = models.CharField(max_length=150)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")  # whose memory
+    page = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            # the export and the user's "who looked" list
+            models.Index(fields=["user", "created_at"], name="access_user_idx"),
+        ]
+
+
+class ForgettingRun(models.Model):
+    mode = models.CharField(max_length=8)  # log | enforce
+    started_at = models.DateTimeField(default=clock.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    examined = models.PositiveIntegerField(default=0)
+    matched = models.PositiveIntegerField(default=0)
+    removed = models.PositiveIntegerField(default=0)  # past the grace period, deleted for real
+
+
+class ForgettingEntry(models.Model):
+    run = models.ForeignKey(ForgettingRun, on_delete=models.CASCADE, related_name="entries")
+    fact = models.ForeignKey(MemoryFact, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    rule = models.CharField(max_length=30)  # stale_goal | never_recalled
+    applied = models.BooleanField(default=False)
+
+
+class ErasureReceipt(models.Model):
+    """Proof that an erasure happened. Holds no personal data."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    subject_ref = models.CharField(max_length=64)  # keyed hash of the user id
+    requested_via = models.CharField(max_length=20)  # api | self | command | org
+    created_at = models.DateTimeField(default=clock.now)
+    counts = models.JSONField(default=dict)

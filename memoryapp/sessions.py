@@ -1,0 +1,187 @@
+"""Agent sessions: who the user is, opening, appending turns, ending, and the sweeper."""
+
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
+
+from memoryapp import clock, writing
+from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Organization, Turn
+
+EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+QUEUE_LEASE = timedelta(minutes=2)
+
+
+class SessionEnded(Exception):
+    pass
+
+
+class TooManyTurns(Exception):
+    pass
+
+
+# --- API keys ---------------------------------------------------------------
+
+
+def hash_key(key):
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_api_key(org, name):
+    """A new key for `org`: returns (ApiKey, the key itself, shown once and never stored)."""
+    key = "mem_" + secrets.token_urlsafe(32)
+    api_key = ApiKey.objects.create(org=org, name=name, prefix=key[:12], key_hash=hash_key(key))
+    return api_key, key
+
+
+def authenticate_key(key):
+    """The active ApiKey for a presented key, or None."""
+    if not key or len(key) > 200:
+        return None
+    api_key = ApiKey.objects.active().select_related("org").filter(key_hash=hash_key(key)).first()
+    if api_key is not None:
+        now = clock.now()
+        if api_key.last_used_at is None or now - api_key.last_used_at > timedelta(minutes=1):
+            ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
+    return api_key
+
+
+# --- end users ----------------------------------------------------------------
+
+
+def find_user(org, external_id):
+    """The person the agent calls `external_id` in `org`, or None."""
+    ident = ExternalIdentity.objects.select_related("user").filter(org=org, external_id=external_id).first()
+    return ident.user if ident else None
+
+
+def get_or_create_user(org, external_id):
+    """The person the agent calls `external_id`, created (as a member of `org`) on first use."""
+    user = find_user(org, external_id)
+    if user is not None:
+        return user
+    User = get_user_model()
+    try:
+        with transaction.atomic():
+            user = User.objects.create(username=f"u-{secrets.token_hex(8)}")
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+            ExternalIdentity.objects.create(org=org, user=user, external_id=external_id)
+            Membership.objects.create(org=org, user=user, role=Membership.Role.MEMBER)
+            MemorySettings.objects.create(user=user)
+    except IntegrityError:
+        return find_user(org, external_id)  # a concurrent request created them first
+    return user
+
+
+def external_id_of(user, org=None):
+    qs = ExternalIdentity.objects.filter(user=user)
+    if org is not None:
+        qs = qs.filter(org=org)
+    ident = qs.first()
+    return ident.external_id if ident else None
+
+
+# --- sessions ---------------------------------------------------------------
+
+
+def open_session(org, user, memory="on"):
+    """Start a session; a user whose switch is off always gets memory off."""
+    if not writing.memory_enabled(user):
+        memory = AgentSession.Memory.OFF
+    return AgentSession.objects.create(user=user, org=org, memory=memory)
+
+
+def add_turns(session, turns):
+    """Append turns (list of (role, content)) as one batch: all stored or none."""
+    limit = settings.MEMORY["MAX_TURNS_PER_SESSION"]
+    with transaction.atomic():
+        # The row lock orders concurrent appends to one session and checks "ended" race-free.
+        locked = AgentSession.objects.select_for_update().get(id=session.id)
+        if locked.ended_at is not None:
+            raise SessionEnded()
+        if locked.turn_count + len(turns) > limit:
+            raise TooManyTurns(limit)
+        start = (Turn.objects.filter(session=locked).aggregate(m=Max("ordinal"))["m"] or 0) + 1
+        now = clock.now()
+        Turn.objects.bulk_create(
+            Turn(user_id=locked.user_id, session=locked, ordinal=start + i, role=role, content=content, created_at=now)
+            for i, (role, content) in enumerate(turns)
+        )
+        AgentSession.objects.filter(id=locked.id).update(
+            last_activity_at=now, turn_count=locked.turn_count + len(turns)
+        )
+    return len(turns)
+
+
+def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
+    """Record the end and enqueue extraction after commit; ending twice is harmless."""
+    from memoryapp import tasks
+
+    with transaction.atomic():
+        claimed = AgentSession.objects.filter(id=session.id, ended_at__isnull=True).update(
+            ended_at=clock.now(), end_reason=reason
+        )
+        if not claimed:
+            return False
+        session.refresh_from_db()
+        if not writing.memory_allowed(session):
+            from memoryapp import extraction
+
+            extraction.skip_session(session)
+            return True
+        # The lease lets the sweeper re-enqueue if the broker lost (or never got) the message.
+        AgentSession.objects.filter(id=session.id).update(
+            extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + QUEUE_LEASE
+        )
+        tasks.extract_session.delay_on_commit(str(session.id))
+    return True
+
+
+def sweep(now=None, batch=500):
+    """End idle and capped sessions, and re-enqueue extraction nobody is working on."""
+    from memoryapp import tasks
+
+    now = now or clock.now()
+    memory = settings.MEMORY
+    idle_before = now - timedelta(minutes=memory["INACTIVITY_MINUTES"])
+    cap_before = now - timedelta(hours=memory["HARD_CAP_HOURS"])
+    ended = 0
+    for reason, cond in (
+        (AgentSession.EndReason.CAP, Q(started_at__lte=cap_before)),
+        (AgentSession.EndReason.IDLE, Q(last_activity_at__lte=idle_before)),
+    ):
+        ids = list(AgentSession.objects.open().filter(cond).values_list("id", flat=True)[:batch])
+        for sid in ids:
+            # end_session's conditional update (ended_at IS NULL) lets exactly one sweeper claim it.
+            if end_session(AgentSession(id=sid), reason=reason):
+                ended += 1
+
+    retry = settings.MEMORY["EXTRACTION_MAX_ATTEMPTS"]
+    lease = now + QUEUE_LEASE
+    due = AgentSession.objects.filter(ended_at__isnull=False, memory=AgentSession.Memory.ON).filter(
+        # enqueued (or meant to be, while the broker was down), but not finished within the lease
+        Q(extraction_status__in=["queued", "running"], next_attempt_at__lte=now)
+        # failed, and its backoff has passed
+        | Q(extraction_status="failed", next_attempt_at__lte=now, extraction_attempts__lt=retry)
+    )
+    enqueued = 0
+    for sid, status, attempt_at in due.values_list("id", "extraction_status", "next_attempt_at")[:batch]:
+        with transaction.atomic():
+            # Conditional update: of several beats or workers, one claims the re-enqueue.
+            claimed = AgentSession.objects.filter(id=sid, extraction_status=status, next_attempt_at=attempt_at).update(
+                extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=lease
+            )
+            if claimed:
+                tasks.extract_session.delay_on_commit(str(sid))
+                enqueued += 1
+    return {"ended": ended, "enqueued": enqueued}
+
+
+def org_by_slug(slug):
+    return Organization.objects.filter(slug=slug).first()

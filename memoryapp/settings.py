@@ -1,0 +1,221 @@
+"""Settings, read only from the environment. Defaults follow the seed article."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from memoryapp import db
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name, default=None):
+    return os.environ.get(name, default)
+
+
+def env_bool(name, default=False):
+    return env(name, str(default)).lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name, default):
+    return int(env(name, default))
+
+
+def env_float(name, default):
+    return float(env(name, default))
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env("SECRET_KEY") or "dev-only-insecure-key-set-SECRET_KEY-in-production-0123456789"
+ALLOWED_HOSTS = [h for h in env("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "ninja",
+    "memoryapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "memoryapp.middleware.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "memoryapp.urls"
+WSGI_APPLICATION = "memoryapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "memoryapp.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL")
+if DATABASE_URL:
+    db.check_pgvector(DATABASE_URL)
+else:
+    DATABASE_URL = db.embedded_database_url()
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))}
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Each concurrent test run (CI, a developer, a helper) can take its own test database.
+DATABASES["default"]["TEST"] = {"NAME": "test_memoryapp" + env("TEST_DB_SUFFIX", "")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- cache, used by rate limits ------------------------------------------
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- security -------------------------------------------------------------
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG and env_bool("HTTPS", False))
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("HTTPS", False)
+SECURE_HSTS_SECONDS = 31536000 if env_bool("HTTPS", False) else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_PROXY", False) else None
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
+
+# --- Celery ---------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    for folder in ("broker", "broker-processed"):
+        (db.DATA_DIR / folder).mkdir(parents=True, exist_ok=True)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {}
+    if CELERY_BROKER_URL != "filesystem://"
+    else {
+        "data_folder_in": str(db.DATA_DIR / "broker"),
+        "data_folder_out": str(db.DATA_DIR / "broker"),
+        "processed_folder": str(db.DATA_DIR / "broker-processed"),
+        "store_processed": False,
+    }
+)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "memoryapp")
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing must fail fast when the broker is down: the end is already in the database and
+# the sweeper enqueues it once the broker is back.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+CELERY_BEAT_SCHEDULE = {
+    "sweep-sessions": {"task": "memoryapp.sweep_sessions", "schedule": 60.0},
+    "forget-nightly": {
+        "task": "memoryapp.forget",
+        "schedule": __import__("celery.schedules", fromlist=["crontab"]).crontab(hour=3, minute=17),
+    },
+    "retention-nightly": {
+        "task": "memoryapp.apply_retention",
+        "schedule": __import__("celery.schedules", fromlist=["crontab"]).crontab(hour=3, minute=47),
+    },
+}
+
+# --- models ---------------------------------------------------------------
+ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
+ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
+ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
+ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
+EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
+VOYAGE_API_KEY = env("VOYAGE_API_KEY")
+VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
+
+# --- memory knobs (seed defaults; floors calibrated per embedding model) ---
+MEMORY = {
+    "RECALL_CAP": env_int("MEMORY_RECALL_CAP", 20),
+    "TIER1_LIMIT": env_int("MEMORY_TIER1_LIMIT", 12),
+    "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 8),
+    "ORG_LIMIT": env_int("MEMORY_ORG_LIMIT", 8),
+    "NEIGHBOUR_LIMIT": env_int("MEMORY_NEIGHBOUR_LIMIT", 5),
+    # Floors per embedding backend; None means "use the calibrated default".
+    "NEIGHBOUR_FLOOR": env("MEMORY_NEIGHBOUR_FLOOR"),
+    "RECALL_FLOOR": env("MEMORY_RECALL_FLOOR"),
+    "INACTIVITY_MINUTES": env_int("MEMORY_INACTIVITY_MINUTES", 30),
+    "HARD_CAP_HOURS": env_float("MEMORY_HARD_CAP_HOURS", 8),
+    "MAX_TURN_BYTES": env_int("MEMORY_MAX_TURN_BYTES", 32 * 1024),
+    "MAX_TURNS_PER_CALL": env_int("MEMORY_MAX_TURNS_PER_CALL", 100),
+    "MAX_TURNS_PER_SESSION": env_int("MEMORY_MAX_TURNS_PER_SESSION", 2000),
+    "MAX_FACTS_PER_USER": env_int("MEMORY_MAX_FACTS_PER_USER", 1000),
+    "TURN_RETENTION_DAYS": env_int("MEMORY_TURN_RETENTION_DAYS", 30),
+    "FORGETTING_MODE": env("MEMORY_FORGETTING_MODE", "log"),  # log | enforce
+    "FORGETTING_GRACE_DAYS": env_int("MEMORY_FORGETTING_GRACE_DAYS", 30),
+    "FORGETTING_BATCH": env_int("MEMORY_FORGETTING_BATCH", 2000),
+    # Per scope, per kind: days without confirmation before a fact is stale (None: never).
+    "STALE_DAYS": {
+        "personal": {"goal": env_int("MEMORY_GOAL_STALE_DAYS", 90)},
+        "org": {"goal": env_int("MEMORY_ORG_GOAL_STALE_DAYS", 180)},
+    },
+    # Per scope: days after creation before a never-recalled fact expires (None: never).
+    "NEVER_RECALLED_DAYS": {
+        "personal": env_int("MEMORY_NEVER_RECALLED_DAYS", 60),
+        "org": None,  # org facts are curated by admins
+    },
+    "PORTAL_LINK_MINUTES": env_int("MEMORY_PORTAL_LINK_MINUTES", 10),
+    "EXTRACTION_MAX_ATTEMPTS": env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 6),
+    "API_RATE_PER_MINUTE": env_int("MEMORY_API_RATE_PER_MINUTE", 600),
+    "LOGIN_RATE_PER_MINUTE": env_int("MEMORY_LOGIN_RATE_PER_MINUTE", 10),
+    "POISON_PROBES": [p for p in env("MEMORY_POISON_PROBES", "").split("|") if p],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,17 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from memoryapp.api import api
+from memoryapp.views import account
+
+urlpatterns = [
+    path("", account.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("me/", include("memoryapp.views.account_urls")),
+    path("console/", include("memoryapp.views.support_urls")),
+    path("orgs/", include("memoryapp.views.org_urls")),
+    path("admin/", admin.site.urls),
+    path("api/", api.urls),
+]

@@ -1,0 +1,1 @@
+"""Organisation pages for members and admins."""

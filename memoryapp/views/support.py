@@ -1,0 +1,1 @@
+"""Support console pages for staff."""

@@ -1,0 +1,281 @@
+"""Storing facts: supersession, confirmation, corrections and deletion, one user at a time."""
+
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from memoryapp import clock, embeddings, validation
+from memoryapp.models import AgentSession, FactEvent, MemoryFact, MemorySettings
+
+# Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
+USER_LOCK = 1001
+ORG_LOCK = 1002
+
+
+class FactRejected(ValueError):
+    """The text or kind is not a storable fact; the message says why."""
+
+
+@dataclass
+class StoreResult:
+    outcome: str  # created | confirmed | held | at_limit
+    fact: MemoryFact | None = None
+    superseded: list = field(default_factory=list)
+    verdicts: list = field(default_factory=list)  # (neighbour id, verdict, similarity)
+
+
+def lock_user(user_id):
+    """Serialise writes for one user until the end of the current transaction."""
+    # Why: two sessions of one user ending together must not both insert the same fact or
+    # supersede each other's rows half-way; a transaction-scoped lock frees itself on commit,
+    # rollback or a dropped connection, so a killed worker cannot leave it held.
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [USER_LOCK, int(user_id)])
+
+
+def lock_org(org_id):
+    """Serialise writes to one organisation's tier until the end of the transaction."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ORG_LOCK, int(org_id)])
+
+
+def memory_enabled(user):
+    """The user's memory switch (on unless they turned it off)."""
+    try:
+        return user.memory_settings.memory_enabled
+    except MemorySettings.DoesNotExist:
+        return True
+
+
+def memory_allowed(session):
+    """Memory is on for this session and for its user right now."""
+    return session.memory == AgentSession.Memory.ON and memory_enabled(session.user)
+
+
+def _event(fact, action, actor, *, actor_user=None, session=None, related=None, reason=""):
+    return FactEvent.objects.create(
+        fact_id=fact.id,
+        user_id=fact.user_id,
+        org_id=fact.org_id,
+        action=action,
+        actor=actor,
+        actor_user=actor_user,
+        session=session,
+        related_fact_id=related.id if related is not None else None,
+        reason=reason[:300],
+    )
+
+
+def _actor_for(origin):
+    return {
+        MemoryFact.Origin.EXTRACTED: FactEvent.Actor.EXTRACTOR,
+        MemoryFact.Origin.USER: FactEvent.Actor.USER,
+        MemoryFact.Origin.ORG_ADMIN: FactEvent.Actor.ORG_ADMIN,
+        MemoryFact.Origin.STAFF: FactEvent.Actor.STAFF,
+    }[origin]
+
+
+def store_fact(
+    user,
+    text,
+    kind,
+    *,
+    org=None,
+    session=None,
+    run=None,
+    source_turns=(),
+    origin=MemoryFact.Origin.EXTRACTED,
+    added_by=None,
+    judge=None,
+    usage=None,
+    vector=None,
+):
+    """Write one fact with supersession: confirm a duplicate, supersede what it contradicts, else insert.
+
+    Personal facts when `org` is None, otherwise a fact in that org's tier. The caller must hold
+    the user's (or org's) lock; this function takes it too, which is harmless inside one transaction.
+    """
+    text = validation.normalise(text)
+    problem = validation.fact_problem(text, kind)
+    if problem:
+        raise FactRejected(problem)
+    if judge is None:
+        from memoryapp import extraction
+
+        judge = extraction.active_backend().verdicts
+    vector = embeddings.embed(text) if vector is None else vector
+    now = clock.now()
+
+    with transaction.atomic():
+        if org is None:
+            lock_user(user.id)
+            scope_qs = MemoryFact.objects.for_user(user)
+        else:
+            lock_org(org.id)
+            scope_qs = MemoryFact.objects.for_org(org)
+        live = scope_qs.live()
+        limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
+        neighbours = list(live.nearest(vector, embeddings.floor("neighbour"))[:limit])
+        verdicts = []
+        if neighbours:
+            answer, call_usage = judge(text, [n.text for n in neighbours])
+            if usage is not None:
+                usage.add(call_usage)
+            verdicts = list(zip(neighbours, answer, strict=True))
+        result = StoreResult(outcome="created", verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts])
+
+        duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
+        if duplicate is not None:
+            # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers.
+            MemoryFact.objects.filter(id=duplicate.id).update(
+                last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
+            )
+            duplicate.refresh_from_db()
+            _event(duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session)
+            result.outcome, result.fact = "confirmed", duplicate
+            return result
+
+        contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
+        if origin == MemoryFact.Origin.EXTRACTED:
+            protected = [
+                n for n in contradicted if n.origin != MemoryFact.Origin.EXTRACTED and not _newer_statement(session, n)
+            ]
+            if protected:
+                # A person's own correction stands until they say something newer themselves.
+                result.outcome, result.fact = "held", protected[0]
+                return result
+        if not contradicted and org is None and live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
+            result.outcome = "at_limit"
+            return result
+
+        fact = MemoryFact.objects.create(
+            user=user if org is None else None,
+            org=org,
+            scope=MemoryFact.Scope.PERSONAL if org is None else MemoryFact.Scope.ORG,
+            text=text,
+            kind=kind,
+            embedding=vector,
+            embedding_model=embeddings.model_name(),
+            origin=origin,
+            added_by=added_by,
+            source_session=session,
+            source_turns=list(source_turns),
+            extraction_run=run,
+            created_at=now,
+            last_confirmed_at=now,
+        )
+        _event(fact, FactEvent.Action.CREATED, _actor_for(origin), actor_user=added_by, session=session)
+        for old in contradicted:
+            supersede(old, fact, reason="contradicts", actor=_actor_for(origin), actor_user=added_by, session=session)
+        result.fact, result.superseded = fact, contradicted
+        return result
+
+
+def _newer_statement(session, fact):
+    """The session's user spoke after `fact` was written or corrected."""
+    return session is not None and session.started_at > fact.created_at
+
+
+def supersede(old, new, *, reason, actor, actor_user=None, session=None):
+    """Mark `old` as replaced by `new`; the row stays for audit."""
+    now = clock.now()
+    updated = MemoryFact.objects.filter(id=old.id, superseded_at__isnull=True).update(
+        superseded_at=now, superseded_by=new, supersede_reason=reason
+    )
+    if updated:
+        _event(
+            old, FactEvent.Action.SUPERSEDED, actor, actor_user=actor_user, session=session, related=new, reason=reason
+        )
+    return bool(updated)
+
+
+def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER):
+    """A person's correction: a new fact of their own that supersedes `fact`."""
+    text = validation.normalise(text)
+    problem = validation.fact_problem(text, kind)
+    if problem:
+        raise FactRejected(problem)
+    vector = embeddings.embed(text)
+    with transaction.atomic():
+        if fact.scope == MemoryFact.Scope.ORG:
+            lock_org(fact.org_id)
+        else:
+            lock_user(fact.user_id)
+        fact = MemoryFact.objects.select_for_update().get(id=fact.id)
+        if fact.superseded_at is not None:
+            raise FactRejected("this fact has already been replaced; correct the current version instead")
+        now = clock.now()
+        new = MemoryFact.objects.create(
+            user_id=fact.user_id,
+            org_id=fact.org_id,
+            scope=fact.scope,
+            text=text,
+            kind=kind,
+            embedding=vector,
+            embedding_model=embeddings.model_name(),
+            origin=origin,
+            added_by=actor_user,
+            source_session=fact.source_session,
+            source_turns=fact.source_turns,
+            created_at=now,
+            last_confirmed_at=now,
+            confirmation_count=1,
+        )
+        actor = _actor_for(origin)
+        _event(new, FactEvent.Action.CORRECTED, actor, actor_user=actor_user, related=fact, reason="correction")
+        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user)
+        return new
+
+
+def chain_of(fact):
+    """The supersession chain through `fact`, oldest first."""
+    older = []
+    frontier = [fact.id]
+    while frontier:
+        rows = list(MemoryFact.objects.filter(superseded_by_id__in=frontier))
+        older.extend(rows)
+        frontier = [r.id for r in rows]
+    newer = []
+    current = fact
+    while current.superseded_by_id:
+        current = MemoryFact.objects.get(id=current.superseded_by_id)
+        newer.append(current)
+    return sorted(older, key=lambda f: f.created_at) + [fact] + newer
+
+
+def delete_fact(fact, *, actor, actor_user=None, reason=""):
+    """Remove a fact for real, with its superseded predecessors; the trail keeps only that it happened."""
+    with transaction.atomic():
+        if fact.scope == MemoryFact.Scope.ORG:
+            lock_org(fact.org_id)
+        else:
+            lock_user(fact.user_id)
+        ids = [fact.id]
+        frontier = [fact.id]
+        while frontier:
+            frontier = list(MemoryFact.objects.filter(superseded_by_id__in=frontier).values_list("id", flat=True))
+            ids.extend(frontier)
+        FactEvent.objects.filter(fact_id__in=ids).delete()
+        deleted, _ = MemoryFact.objects.filter(id__in=ids).delete()
+        FactEvent.objects.create(
+            fact_id=fact.id,
+            user_id=fact.user_id,
+            org_id=fact.org_id,
+            action=FactEvent.Action.DELETED,
+            actor=actor,
+            actor_user=actor_user,
+            reason=reason[:300],
+        )
+        return len(ids)
+
+
+def set_memory_switch(user, enabled):
+    """Turn memory on or off for all future sessions, and for open ones at once when turning off."""
+    with transaction.atomic():
+        MemorySettings.objects.update_or_create(
+            user=user, defaults={"memory_enabled": enabled, "changed_at": clock.now()}
+        )
+        if not enabled:
+            AgentSession.objects.for_user(user).open().update(memory=AgentSession.Memory.OFF, memory_block="")
