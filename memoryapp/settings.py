@@ -169,6 +169,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- models ---------------------------------------------------------------
 ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
+# anthropic | offline; empty means anthropic when a key is set, else offline.
+EXTRACTION_BACKEND = env("EXTRACTION_BACKEND", "")
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
 ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)

@@ -55,8 +55,12 @@ class Command(BaseCommand):
                     extraction.extract_session(session.id)
             if not MemoryFact.objects.for_org(org).exists():
                 writing.store_fact(
-                    None, "The team's services run on Kubernetes.", "profile", org=org,
-                    origin=MemoryFact.Origin.ORG_ADMIN, added_by=demo,
+                    None,
+                    "The team's services run on Kubernetes.",
+                    "profile",
+                    org=org,
+                    origin=MemoryFact.Origin.ORG_ADMIN,
+                    added_by=demo,
                 )
         _, key = sessions.create_api_key(org, "demo agent")
         self.stdout.write(
