@@ -4,10 +4,11 @@ from django.urls import include, path
 
 from memoryapp.api import api
 from memoryapp.views import account
+from memoryapp.views.auth import LoginView
 
 urlpatterns = [
     path("", account.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("me/", include("memoryapp.views.account_urls")),
     path("console/", include("memoryapp.views.support_urls")),

@@ -1,0 +1,22 @@
+"""Fixed-window rate limits in Django's cache (Redis when REDIS_URL is set)."""
+
+import time
+
+from django.core.cache import cache
+
+
+def hit(bucket, limit, window=60):
+    """Count one request in `bucket`; returns (allowed, seconds until the window resets)."""
+    now = int(time.time())
+    start = now - now % window
+    key = f"rl:{bucket}:{start}"
+    # add() is atomic: only the first request of a window creates the counter.
+    if cache.add(key, 1, timeout=window + 1):
+        count = 1
+    else:
+        try:
+            count = cache.incr(key)
+        except ValueError:  # expired between add() and incr()
+            cache.add(key, 1, timeout=window + 1)
+            count = 1
+    return count <= limit, start + window - now
