@@ -1,24 +1,37 @@
 """The agent API (django-ninja): sessions, turns, recall and prompt assembly. OpenAPI at /api/docs."""
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Literal
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
+from memoryapp import ratelimit
 from memoryapp import recall as recalling
 from memoryapp import sessions
 from memoryapp.models import AgentSession, FactEvent, RecallLog
+
+log = logging.getLogger(__name__)
 
 
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request, token):
         api_key = sessions.authenticate_key(token)
         if api_key is not None:
+            allowed, retry_after = ratelimit.hit(f"api-key:{api_key.id}", settings.MEMORY["API_RATE_PER_MINUTE"])
+            if not allowed:
+                raise ApiError(
+                    429,
+                    "rate_limited",
+                    f"Too many requests for this API key; retry in {retry_after} s.",
+                    headers={"Retry-After": str(retry_after)},
+                )
             request.api_key = api_key
             request.org = api_key.org
         return api_key
@@ -74,10 +87,30 @@ def _validation_error(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc):
+    if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
+        return error_response(request, 400, "malformed_json", "The request body is not valid JSON.")
     code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
         exc.status_code, "error"
     )
     return error_response(request, exc.status_code, code, str(exc))
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_big(request, exc):
+    # Django raises this when ninja first reads request.body; left alone it becomes an HTML 400.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_response(request, 413, "body_too_large", f"The request body is limited to {limit} bytes.")
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return error_response(request, 404, "not_found", "Not found.")
+
+
+@api.exception_handler(Exception)
+def _unexpected(request, exc):
+    log.exception("unhandled error in the agent API: %s %s", request.method, request.path)
+    return error_response(request, 500, "internal_error", "Something went wrong on our side; nothing was stored.")
 
 
 # --- schemas ----------------------------------------------------------------
@@ -209,17 +242,14 @@ def _external(session):
 
 
 def _clean_content(content, index):
+    field = f"turns.{index}.content"
     if "\x00" in content:
-        raise ApiError(
-            422, "invalid", f"turns.{index}.content: NUL characters are not allowed", f"turns.{index}.content"
-        )
+        raise ApiError(422, "invalid", f"{field}: NUL characters are not allowed", field)
     if not content.strip():
-        raise ApiError(422, "invalid", f"turns.{index}.content: a turn cannot be empty", f"turns.{index}.content")
+        raise ApiError(422, "empty_turn", f"{field}: a turn cannot be empty", field)
     limit = settings.MEMORY["MAX_TURN_BYTES"]
     if len(content.encode()) > limit:
-        raise ApiError(
-            413, "too_large", f"turns.{index}.content: a turn is limited to {limit} bytes", f"turns.{index}.content"
-        )
+        raise ApiError(413, "turn_too_large", f"{field}: a turn is limited to {limit} bytes (UTF-8)", field)
     return content
 
 
@@ -246,14 +276,15 @@ def add_turns(request: HttpRequest, session_id: uuid.UUID, payload: TurnsIn):
     if not payload.turns:
         raise ApiError(422, "invalid", "turns: send at least one turn", "turns")
     if len(payload.turns) > limit:
-        raise ApiError(413, "too_large", f"turns: at most {limit} turns per call", "turns")
+        raise ApiError(413, "too_many_turns", f"turns: at most {limit} turns per call", "turns")
+    # Every turn is checked before any is stored, so a bad batch leaves nothing behind.
     turns = [(t.role, _clean_content(t.content, i)) for i, t in enumerate(payload.turns)]
     try:
         accepted = sessions.add_turns(session, turns)
     except sessions.SessionEnded:
         raise ApiError(409, "session_ended", "This session has ended; open a new one.") from None
     except sessions.TooManyTurns as exc:
-        raise ApiError(413, "too_large", f"a session holds at most {exc.args[0]} turns", "turns") from None
+        raise ApiError(413, "too_many_turns", f"turns: a session holds at most {exc.args[0]} turns", "turns") from None
     return Status(202, {"accepted": accepted})
 
 

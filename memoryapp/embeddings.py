@@ -16,7 +16,7 @@ MAX_TOKENS = 256
 # Similarity floors per model, from `manage.py calibrate_embeddings` (see README).
 # neighbour: candidates for a supersession verdict; recall: tier-2 relevance.
 FLOORS = {
-    MINILM_NAME: {"neighbour": 0.35, "recall": 0.15},
+    MINILM_NAME: {"neighbour": 0.45, "recall": 0.1},
     "voyage-3-lite": {"neighbour": 0.6, "recall": 0.35},
 }
 

@@ -6,11 +6,47 @@ from collections import Counter
 
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth import get_user_model
+from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
 from django.db import transaction
+from django.db.models import Q
 
 from memoryapp import clock, writing
-from memoryapp.models import AgentSession, ErasureReceipt, MemoryFact, OrgFactProposal
+from memoryapp.models import (
+    AgentSession,
+    ErasureReceipt,
+    ExternalIdentity,
+    Membership,
+    MemoryFact,
+    OrgFactProposal,
+    SupportAccess,
+)
+
+# Stable receipt keys for the tables an erasure touches; anything added later falls back to its model name.
+COUNT_KEYS = {
+    "user": "account",
+    "memoryfact": "facts",
+    "agentsession": "sessions",
+    "turn": "turns",
+    "extractionrun": "extraction_runs",
+    "factevent": "fact_events",
+    "recalllog": "recall_logs",
+    "recallreview": "recall_reviews",
+    "portallink": "portal_links",
+    "supportaccess": "support_access_logs",
+    "forgettingentry": "forgetting_entries",
+    "memorysettings": "memory_settings",
+    "externalidentity": "external_ids",
+    "membership": "memberships",
+    "user_groups": "group_memberships",
+    "user_user_permissions": "permissions",
+}
+REQUESTED_VIA = ("api", "self", "command", "org", "staff")
+
+
+class ErasureRefused(ValueError):
+    """This erasure is not allowed from where it was asked; the message says why."""
 
 
 def subject_ref(user_id):
@@ -21,7 +57,7 @@ def subject_ref(user_id):
 def _login_sessions(user_id):
     """Django login sessions that belong to the user (their data is encoded, so decode each)."""
     ids = []
-    for session in Session.objects.filter(expire_date__gt=clock.now()).iterator(chunk_size=1000):
+    for session in Session.objects.all().iterator(chunk_size=1000):
         try:
             if str(session.get_decoded().get("_auth_user_id")) == str(user_id):
                 ids.append(session.session_key)
@@ -30,39 +66,125 @@ def _login_sessions(user_id):
     return ids
 
 
+def _admin_log_about(user_id):
+    """Django admin history rows that name the user or one of their facts, sessions or identities."""
+    User = get_user_model()
+    about = Q(content_type=ContentType.objects.get_for_model(User), object_id=str(user_id))
+    keyed = {
+        MemoryFact: MemoryFact.objects.filter(user_id=user_id),
+        AgentSession: AgentSession.objects.filter(user_id=user_id),
+        ExternalIdentity: ExternalIdentity.objects.filter(user_id=user_id),
+        Membership: Membership.objects.filter(user_id=user_id),
+    }
+    for model, qs in keyed.items():
+        ids = [str(pk) for pk in qs.values_list("pk", flat=True)]
+        if ids:
+            about |= Q(content_type=ContentType.objects.get_for_model(model), object_id__in=ids)
+    return LogEntry.objects.filter(Q(user_id=user_id) | about)
+
+
+def _count_key(label):
+    model_name = label.split(".")[-1].lower()
+    return COUNT_KEYS.get(model_name, model_name)
+
+
 def erase_user(user, requested_via):
     """Remove every row keyed by `user` (facts, sessions, turns, runs, events, logs, links) and the account.
 
     Org facts the user proposed stay in the org tier without their identity or session links;
-    their pending proposals go. Returns an ErasureReceipt holding counts and a keyed reference only.
+    their pending and rejected proposals go. Returns an ErasureReceipt holding counts and a keyed
+    reference only.
     """
+    if requested_via not in REQUESTED_VIA:
+        raise ValueError(f"requested_via must be one of {', '.join(REQUESTED_VIA)}")
+    User = get_user_model()
     user_id = user.pk
+    if user_id is None:  # Django clears the pk of a deleted instance
+        raise ErasureRefused("This account has already been erased.")
+    ref = subject_ref(user_id)
     counts = Counter()
     with transaction.atomic():
-        # Why: the lock waits for any in-flight write for this user (an extraction holding it)
-        # to commit, so nothing lands after the erasure and resurrects a row.
-        writing.lock_user(user_id)
-        # Extraction holds the session row lock for the whole run; take them all so a running
-        # extraction finishes (or we wait) before its rows are deleted.
-        list(AgentSession.objects.select_for_update().filter(user_id=user_id).values_list("id", flat=True))
-        counts["pending org proposals"] = OrgFactProposal.objects.filter(
-            proposed_by_id=user_id, status=OrgFactProposal.Status.PENDING
-        ).delete()[0]
-        # Org facts stay, stripped of who proposed them and of the sessions they came from.
-        MemoryFact.objects.filter(scope=MemoryFact.Scope.ORG, added_by_id=user_id).update(added_by=None)
-        MemoryFact.objects.filter(scope=MemoryFact.Scope.ORG, source_session__user_id=user_id).update(
-            source_session=None, source_turns=[], extraction_run=None
+        # Lock order matters (see the concurrency tests). First the user's sessions: a running
+        # extraction holds its session row for the whole run, so this waits for it to commit and
+        # a task that starts later skips the locked row and writes nothing. NO KEY UPDATE, so
+        # foreign-key checks of other writers are not blocked and cannot deadlock against us.
+        list(
+            AgentSession.objects.select_for_update(no_key=True)
+            .filter(user_id=user_id)
+            .order_by("id")
+            .values_list("id", flat=True)
         )
-        OrgFactProposal.objects.filter(proposed_by_id=user_id).update(proposed_by=None, source_session=None)
-        counts["admin log entries"] = LogEntry.objects.filter(user_id=user_id).delete()[0]
-        counts["login sessions"] = Session.objects.filter(session_key__in=_login_sessions(user_id)).delete()[0]
-        # The account row cascades to every table keyed by user_id.
+        # Then the user's write lock (corrections, deletions from the pages).
+        writing.lock_user(user_id)
+        # Last the account row itself: any insert still referencing it blocks on its foreign-key
+        # check until we commit and then fails, so nothing can land after the erasure.
+        if not User.objects.select_for_update().filter(pk=user_id).exists():
+            raise ErasureRefused("This account has already been erased.")
+
+        facts = MemoryFact.objects.filter(user_id=user_id, scope=MemoryFact.Scope.PERSONAL)
+        counts["facts_live"] = facts.live().count()
+        counts["facts_superseded"] = facts.filter(superseded_at__isnull=False).count()
+        counts["facts_expired"] = facts.filter(superseded_at__isnull=True, expired_at__isnull=False).count()
+
+        counts["org_proposals"] = OrgFactProposal.objects.filter(
+            proposed_by_id=user_id,
+            status__in=[OrgFactProposal.Status.PENDING, OrgFactProposal.Status.REJECTED],
+        ).delete()[0]
+        # Org facts and approved proposals stay, stripped of who proposed them and where from.
+        from_user = Q(added_by_id=user_id) | Q(source_session__user_id=user_id) | Q(extraction_run__user_id=user_id)
+        counts["org_facts_unlinked"] = MemoryFact.objects.filter(Q(scope=MemoryFact.Scope.ORG) & from_user).update(
+            added_by=None, source_session=None, source_turns=[], extraction_run=None
+        )
+        OrgFactProposal.objects.filter(
+            Q(proposed_by_id=user_id) | Q(source_session__user_id=user_id) | Q(extraction_run__user_id=user_id)
+        ).update(proposed_by=None, source_session=None, extraction_run=None)
+        # When the person was staff: their access-log lines about others keep a receipt reference, not a name.
+        SupportAccess.objects.filter(staff_id=user_id).update(staff=None, staff_name=f"erased account {ref[:12]}")
+        counts["admin_log_entries"] = _admin_log_about(user_id).delete()[0]
+        counts["login_sessions"] = Session.objects.filter(session_key__in=_login_sessions(user_id)).delete()[0]
+        # The account row cascades to every table keyed by user_id (sessions cascade to turns,
+        # runs and recall logs; facts to their recall logs and forgetting entries).
         _, by_model = user.delete()
         for label, n in by_model.items():
-            counts[label.split(".")[-1]] += n
+            counts[_count_key(label)] += n
         receipt = ErasureReceipt.objects.create(
-            subject_ref=subject_ref(user_id),
+            subject_ref=ref,
             requested_via=requested_via,
+            created_at=clock.now(),
             counts={k: v for k, v in sorted(counts.items()) if v},
         )
     return receipt
+
+
+def erase_member(org, user, requested_via="org"):
+    """Erase a person on behalf of an organisation they belong to (API key or org admin).
+
+    Refused when they also belong to another organisation or are staff: one organisation cannot
+    erase memory that another holds; the person can still erase everything themselves.
+    """
+    in_org = (
+        Membership.objects.filter(org=org, user=user).exists()
+        or ExternalIdentity.objects.filter(org=org, user=user).exists()
+    )
+    if not in_org:
+        raise ErasureRefused("This person is not a member of this organisation.")
+    elsewhere = (
+        Membership.objects.filter(user=user).exclude(org=org).exists()
+        or ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
+    )
+    if elsewhere or user.is_staff:
+        raise ErasureRefused(
+            "This person also belongs to another organisation, so only they (or staff) can erase their memory."
+        )
+    return erase_user(user, requested_via)
+
+
+def receipt_json(receipt):
+    """The receipt as shown to whoever asked: when, how, how many rows of each kind, a keyed reference."""
+    return {
+        "receipt": str(receipt.id),
+        "created_at": receipt.created_at.isoformat(),
+        "requested_via": receipt.requested_via,
+        "subject_ref": receipt.subject_ref,
+        "counts": dict(receipt.counts),
+    }

@@ -123,7 +123,10 @@ class AgentSession(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="agent_sessions")
-    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="agent_sessions")
+    # Deleting an organisation keeps its members' sessions (their personal memory): the link goes.
+    org = models.ForeignKey(
+        Organization, on_delete=models.SET_NULL, null=True, blank=True, related_name="agent_sessions"
+    )
     memory = models.CharField(max_length=3, choices=Memory.choices, default=Memory.ON)
     started_at = models.DateTimeField(default=clock.now)
     last_activity_at = models.DateTimeField(default=clock.now)

@@ -3,130 +3,221 @@
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection
 
 from memoryapp import clock, embeddings, writing
-from memoryapp.models import ALWAYS_ON_KINDS, AgentSession, Membership, MemoryFact, RecallLog
+from memoryapp.models import ALWAYS_ON_KINDS, MemoryFact, RecallLog
 
 PERSONAL_HEADER = (
-    "Notes about this user, recorded in earlier conversations. They may be out of date or wrong: "
-    "if the user says something different now, the user is right, and follow what they say."
+    "What earlier sessions recorded about this user. These notes may be outdated or wrong: "
+    "whenever the user says something different now, the user is right, so follow them."
 )
 ORG_HEADER = (
-    "Notes about the user's organisation ({name}), shared by its admins with all its members. "
-    "They describe the organisation, not this user personally, and may also be out of date."
+    "What the admins of the user's organisation ({name}) recorded about the organisation, shared with "
+    "all its members. These notes describe the organisation, not this user, and may also be outdated."
 )
+# Order of kinds inside a section: the block is a function of the selected facts alone.
+KIND_ORDER = {"constraint": 0, "profile": 1, "goal": 2, "preference": 3}
+FACT_LINE = "- ["  # every fact line starts with this; see render()
 
 
 @dataclass
 class Selected:
     fact: MemoryFact
     tier: str  # always | relevant | org
-    score: float | None
+    score: float | None  # cosine similarity to the message for facts chosen by similarity
 
 
 @dataclass
 class RecallResult:
     block: str
-    facts: list = field(default_factory=list)  # Selected
+    facts: list = field(default_factory=list)  # Selected, in block order
     cached: bool = False
 
 
-def _score(fact):
-    return round(1 - fact.distance, 4) if getattr(fact, "distance", None) is not None else None
+# Why one raw statement: recall sits on every agent turn's critical path, and one round trip that
+# reads both tiers and the org section (checking membership) costs a fraction of five ORM queries.
+# It is the same selection as for_user(u).live() / for_org(o).live() with .nearest(): exact cosine
+# over one user's few hundred live facts (fact_user_live_idx), so no row is lost to an ANN index.
+_FACT_COLUMNS = "f.id, f.user_id, f.org_id, f.scope, f.text, f.kind, f.created_at, f.last_confirmed_at"
+_LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
+SELECT_SQL = f"""
+WITH always AS (
+    SELECT {_FACT_COLUMNS}, NULL::float8 AS distance, 'always' AS tier FROM memoryapp_memoryfact f
+    WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE} AND f.kind = ANY(%(always_kinds)s)
+    ORDER BY f.last_confirmed_at DESC, f.id
+    LIMIT %(tier1)s
+), relevant AS (
+    SELECT {_FACT_COLUMNS}, f.embedding <=> %(vector)s::vector AS distance, 'relevant' AS tier
+    FROM memoryapp_memoryfact f
+    WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE} AND f.embedding_model = %(model)s
+      AND f.id NOT IN (SELECT id FROM always) AND (f.embedding <=> %(vector)s::vector) <= %(max_distance)s
+    ORDER BY distance, f.id
+    LIMIT GREATEST(0, LEAST(%(tier2)s, %(cap)s - (SELECT count(*) FROM always)))
+), org_room AS (
+    SELECT CASE WHEN EXISTS (
+        SELECT 1 FROM memoryapp_membership m WHERE m.user_id = %(user)s AND m.org_id = %(org)s
+    ) THEN GREATEST(0, LEAST(%(org_limit)s,
+        %(cap)s - (SELECT count(*) FROM always) - (SELECT count(*) FROM relevant))) ELSE 0 END AS room
+), org_always AS (
+    SELECT {_FACT_COLUMNS}, NULL::float8 AS distance, 'org' AS tier FROM memoryapp_memoryfact f
+    WHERE f.org_id = %(org)s AND f.scope = 'org' AND {_LIVE} AND f.kind = ANY(%(always_kinds)s)
+    ORDER BY f.last_confirmed_at DESC, f.id
+    LIMIT (SELECT room FROM org_room)
+), org_relevant AS (
+    SELECT {_FACT_COLUMNS}, f.embedding <=> %(vector)s::vector AS distance, 'org' AS tier
+    FROM memoryapp_memoryfact f
+    WHERE f.org_id = %(org)s AND f.scope = 'org' AND {_LIVE} AND f.embedding_model = %(model)s
+      AND f.id NOT IN (SELECT id FROM org_always) AND (f.embedding <=> %(vector)s::vector) <= %(max_distance)s
+    ORDER BY distance, f.id
+    LIMIT GREATEST(0, (SELECT room FROM org_room) - (SELECT count(*) FROM org_always))
+)
+SELECT * FROM always UNION ALL SELECT * FROM relevant
+UNION ALL SELECT * FROM org_always UNION ALL SELECT * FROM org_relevant
+"""
+
+
+def _vector_literal(vector):
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def select(user, message, org=None, vector=None):
-    """Pick facts under the budget: always-on personal, relevant personal, then the org tier."""
+    """Pick facts under the budget: always-on personal, relevant personal, then the org tier (members only)."""
     memory = settings.MEMORY
     cap = memory["RECALL_CAP"]
-    live = MemoryFact.objects.for_user(user).live()
-    always = list(
-        live.filter(kind__in=ALWAYS_ON_KINDS).order_by("-last_confirmed_at", "id")[: min(cap, memory["TIER1_LIMIT"])]
-    )
-    chosen = [Selected(f, "always", None) for f in always]
-    if vector is None and message:
+    if vector is None and message and message.strip():
         vector = embeddings.embed(message)
-    room = cap - len(chosen)
-    if room > 0 and vector is not None:
-        relevant = live.exclude(id__in=[f.id for f in always]).nearest(vector, embeddings.floor("recall"))[
-            : min(room, memory["TIER2_LIMIT"])
-        ]
-        chosen += [Selected(f, "relevant", _score(f)) for f in relevant]
-    room = min(cap - len(chosen), memory["ORG_LIMIT"])
-    if org is not None and room > 0:
-        org_facts = MemoryFact.objects.for_org(org).live()
-        org_always = list(org_facts.filter(kind__in=ALWAYS_ON_KINDS).order_by("-last_confirmed_at", "id")[:room])
-        chosen += [Selected(f, "org", None) for f in org_always]
-        room -= len(org_always)
-        if room > 0 and vector is not None:
-            relevant = org_facts.exclude(id__in=[f.id for f in org_always]).nearest(vector, embeddings.floor("recall"))[
-                :room
-            ]
-            chosen += [Selected(f, "org", _score(f)) for f in relevant]
+    params = {
+        "user": getattr(user, "id", user),
+        "org": getattr(org, "id", org),
+        "always_kinds": list(ALWAYS_ON_KINDS),
+        "tier1": max(0, min(cap, memory["TIER1_LIMIT"])),
+        "tier2": max(0, memory["TIER2_LIMIT"]),
+        "org_limit": max(0, memory["ORG_LIMIT"]),
+        "cap": cap,
+        "vector": None if vector is None else _vector_literal(vector),
+        "model": embeddings.model_name(),
+        "max_distance": 1 - embeddings.floor("recall"),
+    }
+    chosen = []
+    for fact in MemoryFact.objects.raw(SELECT_SQL, params):
+        score = None if fact.distance is None else round(1 - fact.distance, 4)
+        chosen.append(Selected(fact, fact.tier, score))
     return chosen
 
 
+def _block_order(selected):
+    f = selected.fact
+    return (KIND_ORDER.get(f.kind, 9), f.created_at, str(f.id))
+
+
 def render(chosen, org=None):
-    """The memory block text: deterministic for the same facts, empty when nothing is selected."""
-    personal = [s for s in chosen if s.tier != "org"]
-    shared = [s for s in chosen if s.tier == "org"]
+    """The memory block: personal facts, then the labelled org section; '' when nothing is selected.
+
+    Facts are sorted by kind, then age, then id, so the same facts always give the same bytes
+    (the block sits after the prompt-cache breakpoint, but a stable block still avoids churn).
+    """
+    personal = sorted((s for s in chosen if s.tier != "org"), key=_block_order)
+    shared = sorted((s for s in chosen if s.tier == "org"), key=_block_order)
     parts = []
     if personal:
-        lines = "\n".join(f"- [{s.fact.kind}] {s.fact.text}" for s in personal)
+        lines = "\n".join(f"{FACT_LINE}{s.fact.kind}] {s.fact.text}" for s in personal)
         parts.append(f"<user_memory>\n{PERSONAL_HEADER}\n{lines}\n</user_memory>")
     if shared:
-        lines = "\n".join(f"- [{s.fact.kind}] {s.fact.text}" for s in shared)
-        parts.append(f"<org_memory>\n{ORG_HEADER.format(name=org.name)}\n{lines}\n</org_memory>")
+        name = org.name if org is not None else "organisation"
+        lines = "\n".join(f"{FACT_LINE}{s.fact.kind}] {s.fact.text}" for s in shared)
+        parts.append(f"<organisation_memory>\n{ORG_HEADER.format(name=name)}\n{lines}\n</organisation_memory>")
     return "\n".join(parts)
 
 
-def session_org(session):
-    """The session's organisation, if the user is (still) a member of it."""
-    if Membership.objects.filter(user_id=session.user_id, org_id=session.org_id).exists():
-        return session.org
-    return None
+def in_block_order(chosen):
+    """`chosen` reordered to match the lines of the rendered block."""
+    return sorted((s for s in chosen if s.tier != "org"), key=_block_order) + sorted(
+        (s for s in chosen if s.tier == "org"), key=_block_order
+    )
 
 
-def recall(session, message, refresh=False):
-    """The memory block for a session: computed on first use and reused unless `refresh`."""
+def _cached(session):
+    """The stored block and what it holds, or None when a fact in it has since left live memory."""
+    logs = list(
+        RecallLog.objects.filter(session=session, created_at=session.memory_block_at)
+        .select_related("fact")
+        .defer("fact__embedding")
+        .order_by("position")
+    )
+    # A fact the user deleted (its log rows go with it), corrected, or that expired must not keep
+    # being injected for the rest of the session: recompute instead.
+    if len(logs) != session.memory_block.count("\n" + FACT_LINE):
+        return None
+    if any(log.fact.superseded_at or log.fact.expired_at for log in logs):
+        return None
+    return RecallResult(
+        block=session.memory_block, facts=[Selected(log.fact, log.tier, log.score) for log in logs], cached=True
+    )
+
+
+# One statement, so it is atomic on its own: store the block only if nobody stored another since we
+# looked (of two first recalls racing, one wins; the loser changes nothing and returns the winner's),
+# mark every selected fact recalled in a single UPDATE, and log each one with its tier and score.
+STORE_SQL = """
+WITH claimed AS (
+    UPDATE memoryapp_agentsession SET memory_block = %(block)s, memory_block_at = %(now)s
+    WHERE id = %(session)s AND memory_block_at IS NOT DISTINCT FROM %(previous)s::timestamptz
+    RETURNING id
+), marked AS (
+    UPDATE memoryapp_memoryfact SET last_recalled_at = %(now)s
+    WHERE id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING id
+), logged AS (
+    INSERT INTO memoryapp_recalllog (user_id, session_id, fact_id, tier, score, position, created_at)
+    SELECT %(user)s, c.id, u.fact_id, u.tier, u.score, u.position - 1, %(now)s
+    FROM claimed c, unnest(%(ids)s::uuid[], %(tiers)s::text[], %(scores)s::float8[])
+        WITH ORDINALITY AS u(fact_id, tier, score, position)
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked), (SELECT count(*) FROM logged)
+"""
+
+
+def recall(session, message, refresh=False, vector=None):
+    """The memory block for a session: computed on first use and reused unless `refresh`.
+
+    `vector` is the message's embedding when the caller already has it (benchmarks).
+    """
     if not writing.memory_allowed(session):
         return RecallResult(block="")
     if session.memory_block is not None and not refresh:
-        logs = RecallLog.objects.filter(session=session, created_at=session.memory_block_at).select_related("fact")
-        return RecallResult(
-            block=session.memory_block,
-            facts=[Selected(log.fact, log.tier, log.score) for log in logs.order_by("position")],
-            cached=True,
-        )
-    org = session_org(session)
-    chosen = select(session.user, message, org=org)
-    block = render(chosen, org)
+        cached = _cached(session)
+        if cached is not None:
+            return cached
+    chosen = in_block_order(select(session.user_id, message, org=session.org_id, vector=vector))
+    block = render(chosen, session.org if any(s.tier == "org" for s in chosen) else None)
     now = clock.now()
-    with transaction.atomic():
-        ids = [s.fact.id for s in chosen]
-        if ids:
-            MemoryFact.objects.filter(id__in=ids).update(last_recalled_at=now)
-            RecallLog.objects.bulk_create(
-                RecallLog(
-                    user_id=session.user_id,
-                    session=session,
-                    fact=s.fact,
-                    tier=s.tier,
-                    score=s.score,
-                    position=i,
-                    created_at=now,
-                )
-                for i, s in enumerate(chosen)
-            )
-        AgentSession.objects.filter(id=session.id).update(memory_block=block, memory_block_at=now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            STORE_SQL,
+            {
+                "block": block,
+                "now": now,
+                "session": session.id,
+                "previous": session.memory_block_at,
+                "user": session.user_id,
+                "ids": [s.fact.id for s in chosen],
+                "tiers": [s.tier for s in chosen],
+                "scores": [s.score for s in chosen],
+            },
+        )
+        (claimed, _, _) = cursor.fetchone()
+    if not claimed:
+        session.refresh_from_db(fields=["memory_block", "memory_block_at"])
+        return _cached(session) or RecallResult(block=session.memory_block or "", cached=True)
     session.memory_block, session.memory_block_at = block, now
     return RecallResult(block=block, facts=chosen, cached=False)
 
 
 def assemble_system(instructions, tool_guidance, memory_block):
     """Anthropic system blocks: stable text first with the cache breakpoint, memory last and uncached."""
-    stable = [text for text in (instructions, tool_guidance) if text]
+    stable = [text for text in (instructions, tool_guidance) if text and text.strip()]
     blocks = [{"type": "text", "text": text} for text in stable]
     if blocks:
         blocks[-1]["cache_control"] = {"type": "ephemeral"}

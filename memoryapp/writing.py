@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from memoryapp import clock, embeddings, validation
-from memoryapp.models import AgentSession, FactEvent, MemoryFact, MemorySettings
+from memoryapp.models import AgentSession, FactEvent, MemoryFact, MemorySettings, Turn
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
 USER_LOCK = 1001
@@ -24,6 +24,7 @@ class StoreResult:
     fact: MemoryFact | None = None
     superseded: list = field(default_factory=list)
     verdicts: list = field(default_factory=list)  # (neighbour id, verdict, similarity)
+    judge_calls: int = 0  # verdict calls made for this fact: 0 or 1
 
 
 def lock_user(user_id):
@@ -120,11 +121,16 @@ def store_fact(
         neighbours = list(live.nearest(vector, embeddings.floor("neighbour"))[:limit])
         verdicts = []
         if neighbours:
+            # One call judges every neighbour at once.
             answer, call_usage = judge(text, [n.text for n in neighbours])
             if usage is not None:
                 usage.add(call_usage)
             verdicts = list(zip(neighbours, answer, strict=True))
-        result = StoreResult(outcome="created", verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts])
+        result = StoreResult(
+            outcome="created",
+            verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts],
+            judge_calls=1 if neighbours else 0,
+        )
 
         duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
         if duplicate is not None:
@@ -174,8 +180,12 @@ def store_fact(
 
 
 def _newer_statement(session, fact):
-    """The session's user spoke after `fact` was written or corrected."""
-    return session is not None and session.started_at > fact.created_at
+    """The session's user said something after `fact` was written or corrected by a person."""
+    # Why turns and not the session start: a session opened before a correction but whose user
+    # restated things afterwards is newer evidence; one whose words all predate it is not.
+    if session is None:
+        return False
+    return Turn.objects.filter(session=session, role=Turn.Role.USER, created_at__gt=fact.created_at).exists()
 
 
 def supersede(old, new, *, reason, actor, actor_user=None, session=None):

@@ -143,3 +143,109 @@ def screenshot(page, name):
         page.set_viewport_size({"width": width, "height": height})
         page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size(original)
+
+
+# --- real Celery workers on the real Redis (queue tests) -----------------------------
+
+REDIS_TEST_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_database_url():
+    """A DATABASE_URL for the test database this process is using (for worker subprocesses)."""
+    from urllib.parse import quote, urlencode
+
+    from django.db import connection
+
+    d = connection.settings_dict
+    auth = quote(d["USER"] or "") + (":" + quote(d["PASSWORD"]) if d["PASSWORD"] else ":")
+    host = d["HOST"] or ""
+    port = f":{d['PORT']}" if d["PORT"] else ""
+    query = {k: v for k, v in (d.get("OPTIONS") or {}).items() if k in ("host", "sslmode")}
+    return f"postgresql://{auth}@{host}{port}/{d['NAME']}" + (f"?{urlencode(query)}" if query else "")
+
+
+def _reset_celery_producers(app):
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.__dict__.pop("amqp", None)  # cached queues, router and producer pool are rebuilt from conf
+
+
+@pytest.fixture
+def celery_redis(monkeypatch):
+    """This process publishes to the real Redis on a queue of its own; yields (broker_url, queue).
+
+    Fails (never skips) when Redis is not reachable.
+    """
+    import uuid
+
+    import redis
+
+    from memoryapp.celery import app
+
+    try:
+        redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"the queue tests need Redis at {REDIS_TEST_URL}: {exc}")
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    saved = {k: app.conf[k] for k in ("task_default_queue", "broker_transport_options")}
+    # Celery reads CELERY_BROKER_URL from the environment before its own conf.
+    monkeypatch.setenv("CELERY_BROKER_URL", REDIS_TEST_URL)
+    app.conf.update(task_default_queue=queue, broker_transport_options={}, broker_url=REDIS_TEST_URL)
+    _reset_celery_producers(app)
+    yield REDIS_TEST_URL, queue
+    app.conf.update(saved)
+    _reset_celery_producers(app)
+    redis.Redis.from_url(REDIS_TEST_URL).delete(queue)
+
+
+@pytest.fixture
+def celery_workers(celery_redis, transactional_db):
+    """Start real `celery worker` subprocesses on the test database: call start(n=1, **env)."""
+    import subprocess
+    import sys
+
+    broker, queue = celery_redis
+    procs = []
+
+    def start(n=1, **extra_env):
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ANTHROPIC_API_KEY", "CELERY_EAGER")}
+        env.update(
+            DATABASE_URL=worker_database_url(),
+            CELERY_BROKER_URL=broker,
+            CELERY_QUEUE=queue,
+            EXTRACTION_BACKEND="offline",
+            DJANGO_SETTINGS_MODULE="memoryapp.settings",
+            PYTHONPATH=BASE_DIR,
+        )
+        env.update({k: str(v) for k, v in extra_env.items()})
+        celery_bin = os.path.join(os.path.dirname(sys.executable), "celery")
+        for i in range(n):
+            cmd = [celery_bin, "-A", "memoryapp", "worker", "-Q", queue, "--pool=solo", "-l", "WARNING"]
+            cmd += ["-n", f"{queue}-{len(procs)}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+            procs.append(subprocess.Popen(cmd, cwd=BASE_DIR, env=env))
+        return procs
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):
+    """Poll `predicate` (wall clock, for real workers) until it returns something truthy."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")

@@ -1,0 +1,378 @@
+"""Team accounts: the org tier of facts, the proposal queue, members, API keys and deleting an org."""
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.db.models import Q
+
+from memoryapp import clock, sessions, writing
+from memoryapp.models import (
+    AgentSession,
+    ApiKey,
+    ExternalIdentity,
+    FactEvent,
+    Membership,
+    MemoryFact,
+    MemorySettings,
+    Organization,
+    OrgFactProposal,
+)
+
+ORG_ADMIN = MemoryFact.Origin.ORG_ADMIN
+KEY_NAME_MAX = 100
+
+
+class OrgError(ValueError):
+    """An org action that is not allowed or not possible; the message says why, for a person."""
+
+
+# --- who may do what ----------------------------------------------------------------
+
+
+def membership_of(user, org):
+    """The user's membership of `org`, or None."""
+    if user is None or not user.is_authenticated:
+        return None
+    return Membership.objects.filter(user=user, org=org).first()
+
+
+def is_admin(user, org):
+    """True when the user is an admin of `org` (memory is never consulted for this)."""
+    return Membership.objects.filter(user=user, org=org, role=Membership.Role.ADMIN).exists()
+
+
+def orgs_of(user):
+    """The memberships of a user, with their organisations, by name."""
+    return Membership.objects.filter(user=user).select_related("org").order_by("org__name")
+
+
+# --- the org tier ---------------------------------------------------------------------
+
+
+KIND_HEADINGS = {"constraint": "Constraints", "profile": "Profile", "preference": "Preferences", "goal": "Goals"}
+
+
+def live_facts(org):
+    """The org's live facts grouped by kind: [(kind, heading, facts)], each fact with who proposed or corrected it."""
+    facts = list(MemoryFact.objects.for_org(org).live().select_related("added_by").order_by("-created_at", "id"))
+    proposals = _proposals_for(facts)
+    corrected = set(
+        MemoryFact.objects.filter(superseded_by_id__in=[f.id for f in facts], supersede_reason="corrected").values_list(
+            "superseded_by_id", flat=True
+        )
+    )
+    for fact in facts:
+        fact.proposal = proposals.get(fact.id)
+        fact.is_correction = fact.id in corrected
+    return [
+        (kind, heading, [f for f in facts if f.kind == kind])
+        for kind, heading in KIND_HEADINGS.items()
+        if any(f.kind == kind for f in facts)
+    ]
+
+
+EXPIRY_LABELS = {"stale_goal": "not confirmed for a long time", "never_recalled": "never recalled"}
+
+
+def expired_facts(org):
+    """Org facts the forgetting job has expired (not superseded), newest first."""
+    facts = list(
+        MemoryFact.objects.for_org(org)
+        .filter(superseded_at__isnull=True, expired_at__isnull=False)
+        .order_by("-expired_at", "id")
+    )
+    for fact in facts:
+        fact.rule_label = EXPIRY_LABELS.get(fact.expired_rule, fact.expired_rule.replace("_", " "))
+    return facts
+
+
+def _proposals_for(facts):
+    """fact id -> the latest approved proposal that produced or confirmed it."""
+    proposals = (
+        OrgFactProposal.objects.filter(fact_id__in=[f.id for f in facts], status=OrgFactProposal.Status.APPROVED)
+        .select_related("proposed_by")
+        .order_by("decided_at")
+    )
+    return {p.fact_id: p for p in proposals}
+
+
+def add_fact(org, admin, text, kind):
+    """An admin adds a fact to the org tier; a duplicate confirms the existing one, a contradiction supersedes it."""
+    return writing.store_fact(None, text, kind, org=org, origin=ORG_ADMIN, added_by=admin)
+
+
+def correct_fact(fact, admin, text, kind):
+    """An admin corrects an org fact: a new fact that supersedes it."""
+    return writing.correct_fact(fact, text, kind, actor_user=admin, origin=ORG_ADMIN)
+
+
+def delete_fact(fact, admin):
+    """An admin deletes an org fact (and its superseded history)."""
+    return writing.delete_fact(
+        fact, actor=FactEvent.Actor.ORG_ADMIN, actor_user=admin, reason="deleted by an org admin"
+    )
+
+
+# --- proposals ------------------------------------------------------------------------
+
+
+def pending_proposals(org):
+    """The admin's queue, oldest first, with who proposed each one."""
+    return list(
+        OrgFactProposal.objects.filter(org=org, status=OrgFactProposal.Status.PENDING)
+        .select_related("proposed_by")
+        .order_by("created_at", "id")
+    )
+
+
+def recent_decisions(org, limit=10):
+    """The latest approved or rejected proposals, newest first."""
+    return list(
+        OrgFactProposal.objects.filter(org=org)
+        .exclude(status=OrgFactProposal.Status.PENDING)
+        .select_related("proposed_by", "decided_by")
+        .order_by("-decided_at", "-id")[:limit]
+    )
+
+
+def _claim(proposal):
+    """Lock a pending proposal for a decision; a second admin deciding at the same time gets an error."""
+    locked = OrgFactProposal.objects.select_for_update().get(id=proposal.id)
+    if locked.status != OrgFactProposal.Status.PENDING:
+        raise OrgError("This proposal has already been decided.")
+    return locked
+
+
+def approve_proposal(proposal, admin, text=None, kind=None):
+    """Publish a proposal (possibly edited) into the org tier through the supersession logic."""
+    text = proposal.text if text is None else text
+    kind = proposal.kind if kind is None else kind
+    with transaction.atomic():
+        locked = _claim(proposal)
+        result = writing.store_fact(
+            None,
+            text,
+            kind,
+            org=locked.org,
+            session=locked.source_session,
+            run=locked.extraction_run,
+            origin=ORG_ADMIN,
+            added_by=admin,
+        )
+        now = clock.now()
+        locked.status, locked.decided_by, locked.decided_at, locked.fact = (
+            OrgFactProposal.Status.APPROVED,
+            admin,
+            now,
+            result.fact,
+        )
+        locked.save(update_fields=["status", "decided_by", "decided_at", "fact"])
+        FactEvent.objects.create(
+            fact_id=result.fact.id,
+            org_id=locked.org_id,
+            action=FactEvent.Action.APPROVED,
+            actor=FactEvent.Actor.ORG_ADMIN,
+            actor_user=admin,
+            reason=f"proposal {locked.id} ({result.outcome})",
+        )
+    return result
+
+
+def reject_proposal(proposal, admin):
+    """Turn a proposal down; nothing reaches the org tier."""
+    with transaction.atomic():
+        locked = _claim(proposal)
+        locked.status, locked.decided_by, locked.decided_at = OrgFactProposal.Status.REJECTED, admin, clock.now()
+        locked.save(update_fields=["status", "decided_by", "decided_at"])
+        FactEvent.objects.create(
+            org_id=locked.org_id,
+            action=FactEvent.Action.REJECTED,
+            actor=FactEvent.Actor.ORG_ADMIN,
+            actor_user=admin,
+            reason=f"proposal {locked.id}",
+        )
+    return locked
+
+
+# --- members --------------------------------------------------------------------------
+
+
+@dataclass
+class Added:
+    membership: Membership
+    invited: bool  # a new account was created for the email address
+
+
+def members(org):
+    """The org's memberships: admins first, then by name."""
+    return list(
+        Membership.objects.filter(org=org).select_related("user").order_by("role", "user__username")
+    )  # "admin" sorts before "member"
+
+
+def _username_for(email):
+    User = get_user_model()
+    base = re.sub(r"[^\w.+-]", "", email.split("@")[0])[:120] or "member"
+    name, n = base, 1
+    while User.objects.filter(username__iexact=name).exists():
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def add_member(org, who, role=Membership.Role.MEMBER):
+    """Add an existing user (by username or email) or invite a new one by email: an account with no password yet."""
+    who = (who or "").strip()
+    if not who:
+        raise OrgError("Enter a username or an email address.")
+    if len(who) > 254:
+        raise OrgError("That is too long for a username or an email address.")
+    if role not in Membership.Role.values:
+        raise OrgError("Choose a role: admin or member.")
+    User = get_user_model()
+    user = User.objects.filter(username__iexact=who).first()
+    invited = False
+    if user is None and "@" in who:
+        try:
+            validate_email(who)
+        except ValidationError:
+            raise OrgError("That email address does not look right.") from None
+        matches = list(User.objects.filter(email__iexact=who)[:2])
+        if len(matches) > 1:
+            raise OrgError("Several accounts use that email address; add the person by username instead.")
+        user = matches[0] if matches else None
+        if user is None:
+            user = User(username=_username_for(who), email=who)
+            user.set_unusable_password()
+            invited = True
+    if user is None:
+        raise OrgError(f"No account is called “{who}”. To invite someone new, enter their email address.")
+    with transaction.atomic():
+        if invited:
+            user.save()
+            MemorySettings.objects.create(user=user)
+        elif Membership.objects.filter(org=org, user=user).exists():
+            raise OrgError(f"{user.username} is already a member.")
+        membership = Membership.objects.create(org=org, user=user, role=role)
+    return Added(membership, invited)
+
+
+def _admins_locked(org):
+    """The org's admin memberships, row-locked so two demotions cannot both pass the last-admin check."""
+    return list(
+        Membership.objects.select_for_update().filter(org=org, role=Membership.Role.ADMIN).values_list("id", flat=True)
+    )
+
+
+def change_role(membership, role):
+    """Make a member an admin or an admin a member; the last admin stays an admin."""
+    if role not in Membership.Role.values:
+        raise OrgError("Choose a role: admin or member.")
+    with transaction.atomic():
+        Organization.objects.select_for_update().get(id=membership.org_id)
+        admins = _admins_locked(membership.org_id)
+        if role == Membership.Role.MEMBER and admins == [membership.id]:
+            raise OrgError("An organisation needs at least one admin: make someone else admin first.")
+        Membership.objects.filter(id=membership.id).update(role=role)
+    membership.role = role
+    return membership
+
+
+def remove_member(membership):
+    """Take someone out of the org: their personal memory stays theirs, their org-tier recall stops at once."""
+    with transaction.atomic():
+        Organization.objects.select_for_update().get(id=membership.org_id)
+        admins = _admins_locked(membership.org_id)
+        if admins == [membership.id]:
+            raise OrgError(
+                "The last admin cannot leave or be removed: make someone else admin first, or delete the organisation."
+            )
+        user_id, org_id = membership.user_id, membership.org_id
+        Membership.objects.filter(id=membership.id).delete()
+        _forget_identity(user_id, org_id)
+        # Open sessions computed their block while the person was a member; recompute without the org tier.
+        AgentSession.objects.filter(user_id=user_id, org_id=org_id, ended_at__isnull=True).update(
+            memory_block=None, memory_block_at=None
+        )
+
+
+def leave_org(user, org):
+    """The user leaves `org` (same rules as being removed)."""
+    membership = membership_of(user, org)
+    if membership is None:
+        raise OrgError("You are not a member of this organisation.")
+    remove_member(membership)
+
+
+def _forget_identity(user_id, org_id):
+    """Org facts and proposals stay with the org, but no longer say who proposed or added them."""
+    OrgFactProposal.objects.filter(org_id=org_id, proposed_by_id=user_id).update(
+        proposed_by=None, source_session=None, extraction_run=None
+    )
+    OrgFactProposal.objects.filter(org_id=org_id, decided_by_id=user_id).update(decided_by=None)
+    org_facts = MemoryFact.objects.filter(scope=MemoryFact.Scope.ORG, org_id=org_id)
+    org_facts.filter(added_by_id=user_id).update(added_by=None)
+    org_facts.filter(source_session__user_id=user_id).update(source_session=None, source_turns=[], extraction_run=None)
+
+
+# --- API keys -------------------------------------------------------------------------
+
+
+def api_keys(org):
+    """The org's keys, active first, newest first."""
+    return list(ApiKey.objects.filter(org=org).order_by("revoked_at", "-created_at"))
+
+
+def create_key(org, name):
+    """A new API key: returns (ApiKey, the key), the key to be shown once."""
+    name = " ".join((name or "").split())
+    if not name:
+        raise OrgError("Give the key a name, so you can tell it apart later.")
+    if len(name) > KEY_NAME_MAX:
+        raise OrgError(f"A key name is at most {KEY_NAME_MAX} characters.")
+    return sessions.create_api_key(org, name)
+
+
+def revoke_key(api_key):
+    """Stop a key working at once; the row stays so its name and last use remain visible."""
+    ApiKey.objects.filter(id=api_key.id, revoked_at__isnull=True).update(revoked_at=clock.now())
+    api_key.refresh_from_db()
+    return api_key
+
+
+# --- deleting an organisation ---------------------------------------------------------
+
+
+def delete_org(org):
+    """Erase an org: its tier, proposals, memberships, API keys and agent ids. Members' personal memory stays.
+
+    Returns counts of what went.
+    """
+    counts = Counter()
+    with transaction.atomic():
+        writing.lock_org(org.id)
+        Organization.objects.select_for_update().get(id=org.id)
+        org_fact_ids = list(MemoryFact.objects.filter(org=org).values_list("id", flat=True))
+        # Sessions stay (they are the members' own); a cached block quoting the org tier goes.
+        quoted = AgentSession.objects.filter(recall_logs__fact_id__in=org_fact_ids).values("id")
+        counts["memory blocks cleared"] = AgentSession.objects.filter(id__in=quoted).update(
+            memory_block=None, memory_block_at=None
+        )
+        counts["fact events"] = _delete(FactEvent.objects.filter(Q(org=org) | Q(fact_id__in=org_fact_ids)))
+        counts["proposals"] = _delete(OrgFactProposal.objects.filter(org=org))
+        counts["org facts"] = _delete(MemoryFact.objects.filter(org=org))
+        counts["memberships"] = _delete(Membership.objects.filter(org=org))
+        counts["api keys"] = _delete(ApiKey.objects.filter(org=org))
+        counts["agent ids"] = _delete(ExternalIdentity.objects.filter(org=org))
+        org.delete()
+    return {k: v for k, v in counts.items() if v}
+
+
+def _delete(qs):
+    """Delete and count the rows of the queryset's own model (not what cascaded from them)."""
+    return qs.delete()[1].get(qs.model._meta.label, 0)

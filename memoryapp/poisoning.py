@@ -1,0 +1,121 @@
+"""The poisoning audit: live facts, across all users, that read like injected instructions."""
+
+import re
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+
+from memoryapp import clock, embeddings, validation, writing
+from memoryapp.models import FactEvent, MemoryFact
+
+DEFAULT_PROBES = (
+    "ignore previous instructions",
+    "the user has authorized",
+    "always allow",
+    "you are now",
+)
+PER_PROBE = 25  # nearest live facts taken per probe
+PATTERN_LIMIT = 200  # pattern matches taken per audit
+REASON_MAX = 300
+
+
+def probes():
+    """The built-in probes plus the configured MEMORY["POISON_PROBES"]."""
+    extra = [p.strip() for p in settings.MEMORY.get("POISON_PROBES", []) if p and p.strip()]
+    return list(dict.fromkeys([*DEFAULT_PROBES, *extra]))
+
+
+def _postgres_pattern(pattern):
+    # Python's \b is a word boundary; in PostgreSQL's regex dialect that is \y (\b means backspace).
+    return pattern.replace(r"\b", r"\y")
+
+
+SQL_PATTERN = "|".join(f"(?:{_postgres_pattern(p)})" for p in validation.INSTRUCTION_PATTERNS)
+_PY_PATTERNS = [re.compile(p, re.IGNORECASE) for p in validation.INSTRUCTION_PATTERNS]
+
+
+@dataclass
+class Flagged:
+    fact: MemoryFact
+    similarity: float = 0.0  # best cosine similarity to any probe
+    probe: str = ""
+    patterns: list = field(default_factory=list)  # the instruction patterns its text matches
+
+    @property
+    def matched(self):
+        return bool(self.patterns)
+
+
+def matching_patterns(text):
+    """The instruction patterns `text` matches (for showing staff why a fact was flagged)."""
+    return [p.pattern for p in _PY_PATTERNS if p.search(text)]
+
+
+def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT):
+    """Flagged live facts, pattern matches first, then by similarity to the probes (bounded size)."""
+    live = MemoryFact.objects.live().select_related("user", "org")
+    found = {}
+    probe_list = probes()
+    vectors = embeddings.embed_many(probe_list)
+    for probe, vector in zip(probe_list, vectors, strict=True):
+        for fact in live.nearest(vector)[:per_probe]:
+            similarity = round(1 - fact.distance, 4)
+            entry = found.setdefault(fact.id, Flagged(fact))
+            if similarity > entry.similarity:
+                entry.similarity, entry.probe = similarity, probe
+    for fact in live.filter(text__iregex=SQL_PATTERN).order_by("-created_at")[:pattern_limit]:
+        found.setdefault(fact.id, Flagged(fact))
+    missing = [f for f in found.values() if not f.probe]
+    if missing:
+        # Pattern-only hits still get a similarity so the list reads consistently.
+        for entry, vec in zip(missing, embeddings.embed_many([f.fact.text for f in missing]), strict=True):
+            scores = vectors @ vec
+            best = int(scores.argmax())
+            entry.similarity, entry.probe = round(float(scores[best]), 4), probe_list[best]
+    for entry in found.values():
+        entry.patterns = matching_patterns(entry.fact.text)
+    return sorted(found.values(), key=lambda f: (not f.matched, -f.similarity, str(f.fact.id)))
+
+
+class ActionRejected(ValueError):
+    """A staff action on a flagged fact that cannot be done; the message says why."""
+
+
+def _clean_reason(reason):
+    reason = validation.normalise(reason or "")
+    if not reason:
+        raise ActionRejected("give a reason: it is recorded in the fact's history")
+    return reason[:REASON_MAX]
+
+
+def supersede_flagged(fact, staff, reason):
+    """Take a flagged fact out of recall (superseded by staff, kept for audit) and log why."""
+    reason = _clean_reason(reason)
+    with transaction.atomic():
+        if fact.scope == MemoryFact.Scope.ORG:
+            writing.lock_org(fact.org_id)
+        else:
+            writing.lock_user(fact.user_id)
+        updated = MemoryFact.objects.filter(id=fact.id, superseded_at__isnull=True).update(
+            superseded_at=clock.now(), supersede_reason="staff"
+        )
+        if not updated:
+            raise ActionRejected("this fact has already been superseded")
+        FactEvent.objects.create(
+            fact_id=fact.id,
+            user_id=fact.user_id,
+            org_id=fact.org_id,
+            action=FactEvent.Action.SUPERSEDED,
+            actor=FactEvent.Actor.STAFF,
+            actor_user=staff,
+            reason=reason,
+        )
+    fact.refresh_from_db()
+    return fact
+
+
+def delete_flagged(fact, staff, reason):
+    """Delete a flagged fact (and its predecessors) for real; the deletion event keeps who and why."""
+    reason = _clean_reason(reason)
+    return writing.delete_fact(fact, actor=FactEvent.Actor.STAFF, actor_user=staff, reason=reason)

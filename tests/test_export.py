@@ -1,0 +1,76 @@
+"""The export document: everything held about a person, and nothing about anyone else."""
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from memoryapp import clock, export, support_access, writing
+from memoryapp.models import FactEvent, MemoryFact
+from tests.test_account_pages import live_fact, seed_memory
+
+
+@pytest.fixture
+def alice(org, make_user):
+    return make_user("alice", org=org)
+
+
+def test_export_holds_every_fact_state_with_provenance_sessions_turns_recalls_switch_and_access(
+    org, alice, make_user, scripted
+):
+    seeded = seed_memory(org, alice, scripted)
+    goal = live_fact(alice, "conference talk")
+    MemoryFact.objects.filter(id=goal.id).update(expired_at=clock.now(), expired_rule="stale_goal")
+    staff = make_user("sam", is_staff=True)
+    support_access.record(staff, alice, "/console/users/alice/facts")
+    writing.set_memory_switch(alice, False)
+    clock.advance(timedelta(minutes=1))
+
+    doc = export.export_user(alice)
+    json.dumps(doc)  # a plain JSON document
+    assert doc["schema_version"] == export.SCHEMA_VERSION
+    states = {f["text"]: f for f in doc["facts"]}
+    assert states["The user's main database is PostgreSQL."]["state"] == "superseded"
+    assert states["The user's main database is PostgreSQL."]["superseded_by"] == str(
+        live_fact(alice, "PlanetScale").id
+    )
+    assert states["The user is preparing a conference talk on connection pooling."]["state"] == "expired"
+    assert states["The user wants to learn Rust this year."]["state"] == "live"
+    first = states["The user wants to learn Rust this year."]["provenance"]
+    assert first["source_session"] == str(seeded["first"].id) and first["extraction_run"]
+    assert {r["id"] for r in doc["extraction_runs"]} >= {first["extraction_run"]}
+
+    by_id = {s["id"]: s for s in doc["sessions"]}
+    assert len(by_id) == 4
+    kept = [t["content"] for t in by_id[str(seeded["first"].id)]["retained_turns"]]
+    assert "We're on-prem, contractually. Never propose cloud services." in kept
+    assert by_id[str(seeded["private"].id)]["memory"] == "off"
+
+    assert doc["recall_logs"] and all(r["session"] == str(seeded["third"].id) for r in doc["recall_logs"])
+    assert doc["memory_switch"]["enabled"] is False
+    assert doc["support_access"] == [
+        {"staff": "sam", "page": "/console/users/alice/facts", "at": doc["support_access"][0]["at"]}
+    ]
+    actions = {e["action"] for e in doc["fact_events"]}
+    assert {"created", "confirmed", "superseded"} <= actions
+
+
+def test_export_never_includes_another_persons_data(org, alice, make_user, scripted):
+    bob = make_user("bob", org=org)
+    seed_memory(org, bob, scripted)
+    doc = export.export_user(alice)
+    assert doc["facts"] == [] and doc["sessions"] == [] and doc["recall_logs"] == []
+    assert "PlanetScale" not in json.dumps(doc)
+
+
+def test_a_deleted_fact_is_gone_from_the_export(org, alice, scripted):
+    seed_memory(org, alice, scripted)
+    target = live_fact(alice, "PlanetScale")
+    old = MemoryFact.objects.get(superseded_by=target)
+    writing.delete_fact(target, actor=FactEvent.Actor.USER, actor_user=alice)
+    doc = export.export_user(alice)
+    texts = [f["text"] for f in doc["facts"]]
+    assert target.text not in texts and old.text not in texts
+    assert not [r for r in doc["recall_logs"] if r["fact"] in (str(target.id), str(old.id))]
+    trail = [e["action"] for e in doc["fact_events"] if e["fact"] in (str(target.id), str(old.id))]
+    assert trail == ["deleted"]

@@ -1,0 +1,96 @@
+"""Two forgetting runs at once (threads, separate database connections): each fact expires once."""
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from memoryapp import clock, forgetting
+from memoryapp.models import FactEvent, ForgettingEntry, MemoryFact
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def old_facts():
+    """50 goals recalled once, 30 of them not confirmed for more than 90 days."""
+    user = get_user_model().objects.create(username="dora")
+    start = clock.now()
+    MemoryFact.objects.bulk_create(
+        MemoryFact(
+            user=user,
+            text=f"The user has goal number {i}.",
+            kind="goal",
+            embedding_model="none",
+            created_at=start + timedelta(minutes=i),
+            last_confirmed_at=start + timedelta(minutes=i),
+            last_recalled_at=start + timedelta(minutes=i),  # recalled once: only staleness applies
+        )
+        for i in range(50)
+    )
+    # Now the first 30 (minutes 0..29) were last confirmed more than 90 days ago.
+    clock.advance(timedelta(days=90, minutes=29, seconds=30))
+    return user
+
+
+def in_thread(fn, results, key):
+    def target():
+        try:
+            results[key] = fn()
+        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+            results[key] = exc
+        finally:
+            connection.close()
+
+    return threading.Thread(target=target)
+
+
+def test_a_second_run_while_one_is_running_does_nothing(old_facts):
+    first_started = threading.Event()
+    second_done = threading.Event()
+    results = {}
+
+    def progress(examined, total, matched):
+        # Hold the first run open (between batches) until the second has tried and returned.
+        first_started.set()
+        assert second_done.wait(30)
+
+    first = in_thread(lambda: forgetting.run_forgetting(mode="enforce", batch=5, progress=progress), results, "a")
+    first.start()
+    assert first_started.wait(30)
+    second = in_thread(lambda: forgetting.run_forgetting(mode="enforce", batch=5), results, "b")
+    second.start()
+    second.join(30)
+    second_done.set()
+    first.join(30)
+
+    assert results["b"] is None
+    assert results["a"].matched == 30
+    expired = Counter(FactEvent.objects.filter(action="expired").values_list("fact_id", flat=True))
+    assert len(expired) == 30 and set(expired.values()) == {1}
+
+
+def test_two_runs_released_together_expire_each_fact_once(old_facts):
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def go():
+        barrier.wait(30)
+        return forgetting.run_forgetting(mode="enforce", batch=1)
+
+    threads = [in_thread(go, results, k) for k in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    runs = [r for r in results.values() if r is not None]
+    assert not any(isinstance(r, Exception) for r in runs)
+    assert sum(r.matched for r in runs) == 30
+    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 30
+    expired = Counter(FactEvent.objects.filter(action="expired").values_list("fact_id", flat=True))
+    assert len(expired) == 30 and set(expired.values()) == {1}
+    assert ForgettingEntry.objects.filter(applied=True).count() == 30

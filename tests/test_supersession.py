@@ -1,0 +1,213 @@
+"""Supersession: contradictions replace, duplicates confirm, a person's own corrections stand."""
+
+from datetime import timedelta
+
+import pytest
+
+from memoryapp import clock, embeddings, extraction, offline, recall, sessions, writing
+from memoryapp.models import AgentSession, FactEvent, MemoryFact
+
+pytestmark = pytest.mark.django_db
+
+POSTGRES = "The user's database is PostgreSQL."
+PLANETSCALE = "The user's database is PlanetScale."
+
+
+def run_session(org, scripted, said, facts, user="ext-1"):
+    """One whole session: open, say `said`, end, extract `facts` (text, kind) with the scripted model."""
+    person = sessions.get_or_create_user(org, user)
+    session = sessions.open_session(org, person)
+    sessions.add_turns(session, [("user", said)])
+    sessions.end_session(session)
+    scripted.extract_answer = {"facts": [{"text": t, "kind": k} for t, k in facts]}
+    extraction.extract_session(session.id)
+    return session
+
+
+def test_postgres_to_planetscale_end_to_end(api, scripted):
+    sid = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    api.post(f"/v1/sessions/{sid}/turns", {"turns": [{"role": "user", "content": "We're on Postgres."}]})
+    scripted.extract_answer = {"facts": [{"text": POSTGRES, "kind": "profile"}]}
+    api.post(f"/v1/sessions/{sid}/end")
+    extraction.extract_session(sid)
+
+    clock.advance(timedelta(days=150))  # April -> September
+    sid2 = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    api.post(f"/v1/sessions/{sid2}/turns", {"turns": [{"role": "user", "content": "We migrated to PlanetScale."}]})
+    scripted.extract_answer = {"facts": [{"text": PLANETSCALE, "kind": "profile"}]}
+    scripted.verdict_map = {"postgresql": "CONTRADICTS"}
+    api.post(f"/v1/sessions/{sid2}/end")
+    extraction.extract_session(sid2)
+
+    old = MemoryFact.objects.get(text=POSTGRES)  # still in the table
+    new = MemoryFact.objects.get(text=PLANETSCALE)
+    assert old.superseded_at >= new.created_at and old.superseded_by_id == new.id
+    assert old.supersede_reason == "contradicts" and new.superseded_at is None
+    assert writing.chain_of(new) == [old, new] and writing.chain_of(old) == [old, new]
+    assert [f.text for f in MemoryFact.objects.for_user(new.user).live()] == [PLANETSCALE]
+    event = FactEvent.objects.get(fact_id=old.id, action="superseded")
+    assert (event.related_fact_id, str(event.session_id)) == (new.id, sid2)
+
+    s3 = AgentSession.objects.get(id=api.post("/v1/sessions", {"user": "alice"}).json()["id"])
+    result = recall.recall(s3, "which database do we use?")
+    assert "PlanetScale" in result.block and "PostgreSQL" not in result.block
+    assert [s.fact.id for s in result.facts] == [new.id]
+
+    status = api.get(f"/v1/sessions/{sid2}").json()
+    assert status["facts_written"] == [str(new.id)] and status["facts_superseded"] == [str(old.id)]
+
+
+def test_duplicate_confirms_without_a_new_row(org, scripted):
+    run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
+    fact = MemoryFact.objects.get()
+    clock.advance(timedelta(days=3))
+    scripted.verdict_map = {"postgresql": "DUPLICATE"}
+    session = run_session(org, scripted, "Postgres again.", [("The user's team runs PostgreSQL.", "profile")])
+    assert MemoryFact.objects.count() == 1
+    confirmed = MemoryFact.objects.get()
+    assert confirmed.text == POSTGRES and confirmed.confirmation_count == 2
+    assert confirmed.last_confirmed_at - fact.last_confirmed_at >= timedelta(days=3)
+    assert confirmed.created_at == fact.created_at
+    event = FactEvent.objects.get(action="confirmed")
+    assert (event.fact_id, event.session_id) == (fact.id, session.id)
+
+
+def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(org, scripted):
+    scripted.verdict_map = {"postgresql": "DUPLICATE"}
+    for day in range(10):
+        clock.advance(timedelta(days=1))
+        run_session(org, scripted, "As always, we're on Postgres.", [(POSTGRES, "profile")])
+    assert MemoryFact.objects.count() == 1
+    fact = MemoryFact.objects.get()
+    assert fact.confirmation_count == 10 and fact.superseded_at is None
+    assert fact.last_confirmed_at - fact.created_at >= timedelta(days=9)
+    assert FactEvent.objects.filter(action="confirmed").count() == 9
+
+
+def test_ten_sessions_with_the_offline_backend_too(org):
+    with extraction.use_backend(extraction.OfflineBackend()):
+        person = sessions.get_or_create_user(org, "ext-1")
+        for _ in range(10):
+            session = sessions.open_session(org, person)
+            sessions.add_turns(session, [("user", "I use Neovim.")])
+            sessions.end_session(session)
+            extraction.extract_session(session.id)
+    fact = MemoryFact.objects.get()
+    assert fact.text == "The user uses Neovim." and fact.confirmation_count == 10
+
+
+def test_one_verdict_call_covers_every_neighbour(org, scripted):
+    person = sessions.get_or_create_user(org, "ext-1")
+    for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):
+        writing.store_fact(person, text, "profile", judge=scripted.verdicts)
+    scripted.verdict_requests.clear()
+    result = writing.store_fact(person, PLANETSCALE, "profile", judge=scripted.verdicts)
+    assert len(scripted.verdict_requests) == 1 and result.judge_calls == 1
+    new_text, neighbours = scripted.verdict_requests[0]
+    assert new_text == PLANETSCALE and POSTGRES in neighbours and 1 <= len(neighbours) <= 5
+
+
+def test_at_most_five_neighbours_are_judged(org, scripted):
+    person = sessions.get_or_create_user(org, "ext-1")
+    for lang in ("Python", "Go", "Rust", "Kotlin", "Swift", "Elixir", "Haskell"):
+        writing.store_fact(person, f"The user writes {lang} at work.", "profile", judge=scripted.verdicts)
+    scripted.verdict_requests.clear()
+    writing.store_fact(person, "The user writes Ruby at work.", "profile", judge=scripted.verdicts)
+    assert len(scripted.verdict_requests) == 1 and len(scripted.verdict_requests[0][1]) == 5
+
+
+def test_no_verdict_call_when_no_neighbour_passes_the_floor(org, scripted):
+    person = sessions.get_or_create_user(org, "ext-1")
+    first = writing.store_fact(person, POSTGRES, "profile", judge=scripted.verdicts)
+    unrelated = "The user prefers dark mode in every editor."
+    similarity = float(embeddings.embed(POSTGRES) @ embeddings.embed(unrelated))
+    assert similarity < embeddings.floor("neighbour")  # the premise of this test
+    second = writing.store_fact(person, unrelated, "preference", judge=scripted.verdicts)
+    assert first.judge_calls == second.judge_calls == 0 and scripted.verdict_requests == []
+    assert MemoryFact.objects.live().count() == 2
+
+
+def test_run_counts_its_verdict_calls(org, scripted):
+    run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
+    scripted.verdict_map = {"postgresql": "CONTRADICTS"}
+    session = run_session(
+        org,
+        scripted,
+        "We moved to PlanetScale; I like dark mode.",
+        [(PLANETSCALE, "profile"), ("The user prefers dark mode in every editor.", "preference")],
+    )
+    assert session.extraction_runs.get().verdict_calls == 1
+
+
+def test_independent_facts_both_stay_live(org, scripted):
+    run_session(org, scripted, "We use Postgres.", [("The user's team uses Postgres.", "profile")])
+    run_session(org, scripted, "We use Redis.", [("The user's team uses Redis.", "profile")])
+    assert MemoryFact.objects.live().count() == 2
+
+
+@pytest.mark.parametrize(
+    "old, new, verdict",
+    [
+        ("The user's team uses Postgres.", "The user's team uses Redis.", "INDEPENDENT"),
+        (POSTGRES, PLANETSCALE, "CONTRADICTS"),
+        ("The user prefers tabs.", "The user prefers tabs.", "DUPLICATE"),
+        ("The user lives in Lisbon.", "The user lives in Berlin.", "CONTRADICTS"),
+        ("The user's team uses Postgres.", "The user's team now uses PlanetScale.", "CONTRADICTS"),
+        ("The user likes Rust.", "The user does not like Rust.", "CONTRADICTS"),
+        ("The user is a backend engineer.", "The user has two cats.", "INDEPENDENT"),
+        ("The user is a parent.", "The user is a backend engineer.", "INDEPENDENT"),
+        ("The user's editor is Vim.", "The user's editor is Neovim.", "CONTRADICTS"),
+    ],
+)
+def test_offline_verdicts_are_strict(old, new, verdict):
+    assert offline.classify(old, new) == verdict
+
+
+# --- a person's own correction stands ----------------------------------------------------------
+
+
+def _corrected(org, scripted):
+    run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
+    extracted = MemoryFact.objects.get()
+    return writing.correct_fact(extracted, "The user's database is MySQL.", "profile", actor_user=extracted.user)
+
+
+def test_extracted_fact_without_a_newer_statement_cannot_override_a_correction(org, scripted):
+    person = sessions.get_or_create_user(org, "ext-1")
+    first = writing.store_fact(person, POSTGRES, "profile", judge=scripted.verdicts)
+    # A session whose user last spoke before the correction, and which ends after it.
+    session = sessions.open_session(org, person)
+    sessions.add_turns(session, [("user", "We're on Postgres.")])
+    clock.advance(timedelta(minutes=5))
+    correction = writing.correct_fact(first.fact, "The user's database is MySQL.", "profile", actor_user=person)
+    clock.advance(timedelta(minutes=30))
+    sessions.end_session(session)
+    scripted.extract_answer = {"facts": [{"text": POSTGRES, "kind": "profile"}]}
+    scripted.verdict_map = {"mysql": "CONTRADICTS"}
+    run = extraction.extract_session(session.id)
+
+    correction.refresh_from_db()
+    assert run.status == "succeeded" and correction.superseded_at is None and correction.origin == "user"
+    assert [f.text for f in MemoryFact.objects.live()] == ["The user's database is MySQL."]
+    assert MemoryFact.objects.filter(text=POSTGRES).count() == 1  # only the original, superseded
+
+
+def test_a_newer_statement_by_the_user_does_replace_their_correction(org, scripted):
+    correction = _corrected(org, scripted)
+    clock.advance(timedelta(days=30))
+    scripted.verdict_map = {"mysql": "CONTRADICTS"}
+    session = run_session(org, scripted, "We migrated to PlanetScale.", [(PLANETSCALE, "profile")])
+    correction.refresh_from_db()
+    new = MemoryFact.objects.get(text=PLANETSCALE)
+    assert correction.superseded_by_id == new.id and new.source_session_id == session.id
+    assert [f.text for f in MemoryFact.objects.live()] == [PLANETSCALE]
+
+
+def test_restating_a_correction_confirms_it(org, scripted):
+    correction = _corrected(org, scripted)
+    clock.advance(timedelta(days=1))
+    scripted.verdict_map = {"mysql": "DUPLICATE"}
+    run_session(org, scripted, "We're on MySQL.", [("The user's team runs MySQL.", "profile")])
+    correction.refresh_from_db()
+    assert correction.superseded_at is None and correction.confirmation_count == 2
+    assert MemoryFact.objects.live().count() == 1
