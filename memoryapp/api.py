@@ -12,9 +12,8 @@ from ninja import Field, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from memoryapp import ratelimit
+from memoryapp import ratelimit, sessions
 from memoryapp import recall as recalling
-from memoryapp import sessions
 from memoryapp.models import AgentSession, FactEvent, RecallLog
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,12 @@ class SessionOut(Schema):
 
 class TurnIn(Schema):
     role: Literal["user", "assistant", "tool"]
-    content: str
+    # Enforced by _clean_content (for its clearer errors); declared here so the spec says so too.
+    content: str = Field(
+        ...,
+        description="Not blank, no NUL characters, at most MEMORY_MAX_TURN_BYTES of UTF-8 (32 KiB by default).",
+        json_schema_extra={"pattern": r"^[^\u0000]*\S[^\u0000]*$", "maxLength": 32 * 1024},
+    )
 
 
 class TurnsIn(Schema):
@@ -176,7 +180,7 @@ class SessionStatusOut(Schema):
 class RecallIn(Schema):
     session: uuid.UUID
     message: str = Field("", max_length=32 * 1024)
-    refresh: bool = False
+    refresh: bool = Field(False, strict=True)
 
 
 class RecalledFact(Schema):
@@ -199,11 +203,21 @@ class PromptIn(Schema):
     message: str = Field("", max_length=32 * 1024)
     instructions: str = Field("", max_length=200_000)
     tool_guidance: str = Field("", max_length=200_000)
-    refresh: bool = False
+    refresh: bool = Field(False, strict=True)
+
+
+class CacheControl(Schema):
+    type: Literal["ephemeral"]
+
+
+class SystemBlock(Schema):
+    type: Literal["text"]
+    text: str
+    cache_control: CacheControl | None = None  # only on the last stable block
 
 
 class PromptOut(Schema):
-    system: list[dict]
+    system: list[SystemBlock]
 
 
 class InjectedOut(Schema):
@@ -214,11 +228,14 @@ class InjectedOut(Schema):
     tier: str
     score: float | None
     recalled_at: datetime
+    in_current_block: bool  # False for what an earlier block held before a refresh
 
 
 class SessionRecallOut(Schema):
     session: uuid.UUID
+    memory: Literal["on", "off"]
     block: str | None
+    block_at: datetime | None
     injected: list[InjectedOut]
 
 
@@ -350,7 +367,8 @@ def recall(request: HttpRequest, payload: RecallIn):
     return Status(200, {"block": result.block, "facts": [_fact_out(s) for s in result.facts], "cached": result.cached})
 
 
-@api.post("/v1/prompt", response={200: PromptOut, **ERRORS}, tags=["recall"])
+# exclude_none: a block without a breakpoint must not carry "cache_control": null on the wire.
+@api.post("/v1/prompt", response={200: PromptOut, **ERRORS}, tags=["recall"], exclude_none=True)
 def prompt(request: HttpRequest, payload: PromptIn):
     """Anthropic system blocks: stable instructions (cache breakpoint on the last), memory last."""
     session = get_session(request, payload.session)
@@ -362,12 +380,19 @@ def prompt(request: HttpRequest, payload: PromptIn):
 def session_recall(request: HttpRequest, session_id: uuid.UUID):
     """What was injected into this session's memory block, and why (tier, score)."""
     session = get_session(request, session_id)
-    logs = RecallLog.objects.filter(session=session).select_related("fact").order_by("created_at", "position")
+    logs = (
+        RecallLog.objects.filter(session=session)
+        .select_related("fact")
+        .defer("fact__embedding")
+        .order_by("created_at", "position")
+    )
     return Status(
         200,
         {
             "session": session.id,
+            "memory": session.memory,
             "block": session.memory_block,
+            "block_at": session.memory_block_at,
             "injected": [
                 {
                     "fact": log.fact_id,
@@ -377,6 +402,7 @@ def session_recall(request: HttpRequest, session_id: uuid.UUID):
                     "tier": log.tier,
                     "score": log.score,
                     "recalled_at": log.created_at,
+                    "in_current_block": log.created_at == session.memory_block_at,
                 }
                 for log in logs
             ],

@@ -1,22 +1,28 @@
 """Small server-rendered SVG charts (no JavaScript): lines with marked points, and stacked bars."""
 
+import math
+
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 WIDTH, HEIGHT = 720, 240
-PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 48, 16, 16, 36
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 48, 16, 24, 36
 
 
 def _nice_max(value):
-    """A round axis maximum at or above `value`."""
+    """A round axis maximum at or above `value`, split into four round steps."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1) if value >= 1 else 0.1
-    for step in (1, 2, 2.5, 5, 10):
-        top = step * magnitude
-        if top >= value:
-            return float(top)
-    return float(10 * magnitude)
+    magnitude = 10.0 ** math.floor(math.log10(value / 4))
+    for step in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if 4 * step * magnitude >= value * (1 - 1e-9):
+            return round(4 * step * magnitude, 10)
+    return 40 * magnitude
+
+
+def _count_max(value):
+    """An axis maximum for whole counts: a multiple of 4, so the five ticks are whole numbers."""
+    return float(max(4, -(-int(value) // 4) * 4))
 
 
 def _fmt(value):
@@ -33,7 +39,7 @@ def _frame(title, body, y_max, label_every, labels, width, height):
         y = PAD_TOP + plot_h - plot_h * i / 4
         grid.append(
             format_html(
-                '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/><text class="tick" x="{}" y="{}" '
+                '<line class="gridline" x1="{}" x2="{}" y1="{}" y2="{}"/><text class="tick" x="{}" y="{}" '
                 'text-anchor="end">{}</text>',
                 PAD_LEFT,
                 PAD_LEFT + plot_w,
@@ -56,8 +62,8 @@ def _frame(title, body, y_max, label_every, labels, width, height):
             )
         )
     return format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg">'
-        "<title>{}</title>{}{}{}</svg>",
+        '<div class="chart-wrap"><svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
+        'xmlns="http://www.w3.org/2000/svg"><title>{}</title>{}{}{}</svg></div>',
         width,
         height,
         title,
@@ -150,7 +156,7 @@ def line_chart(points, title, *, reference=None, reference_label="", y_max=None,
 def stacked_bars(rows, categories, title, *, width=WIDTH, height=HEIGHT):
     """Stacked bars: `rows` is [(label, {category: count})]; each category gets the CSS class bar-<category>."""
     totals = [sum(counts.get(c, 0) for c in categories) for _, counts in rows]
-    top = _nice_max(max(totals, default=0))
+    top = _count_max(max(totals, default=0))
     plot_w, plot_h = width - PAD_LEFT - PAD_RIGHT, height - PAD_TOP - PAD_BOTTOM
     n = max(1, len(rows))
     slot = plot_w / n

@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from memoryapp import clock, llm, sessions, validation
+from memoryapp import clock, llm, validation
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, Membership, OrgFactProposal, Turn
 
 log = logging.getLogger(__name__)
@@ -412,27 +412,6 @@ def _record_failure(session_id, info, error):
         return None
     log.warning("extraction failed for session %s: %s", session_id, error)
     return run
-
-
-def rerun(session):
-    """Queue a fresh extraction of an ended session that has not succeeded yet (staff's re-run button)."""
-    from memoryapp import tasks, writing
-
-    with transaction.atomic():
-        locked = (
-            AgentSession.objects.select_for_update(of=("self",))
-            .select_related("user__memory_settings")
-            .get(id=session.id)
-        )
-        if locked.ended_at is None or not writing.memory_allowed(locked):
-            return False
-        if locked.extraction_runs.filter(status=ExtractionRun.Status.SUCCEEDED).exists():
-            return False  # never a second set of facts
-        AgentSession.objects.filter(id=locked.id).update(
-            extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + sessions.QUEUE_LEASE
-        )
-        tasks.extract_session.delay_on_commit(str(locked.id))
-    return True
 
 
 def skip_session(session):

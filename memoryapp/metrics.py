@@ -266,7 +266,8 @@ def _unreadable_q():
 def extraction_health(hours=24, days=14, now=None):
     """Runs per hour by outcome, failures, backlog, duration percentiles, usage per day, silent failures."""
     now = now or clock.now()
-    since = now - timedelta(hours=hours)
+    # `hours` whole-hour buckets ending with the current one.
+    since = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
     runs = ExtractionRun.objects.filter(started_at__gte=since, started_at__lte=now)
     succeeded = Q(status=ExtractionRun.Status.SUCCEEDED)
     per_hour = (
@@ -280,9 +281,9 @@ def extraction_health(hours=24, days=14, now=None):
         )
     )
     by_hour = {r["hour"]: r for r in per_hour}
-    first = timezone.localtime(since).replace(minute=0, second=0, microsecond=0)
+    first = since
     hours_out = []
-    for i in range(hours + 1):
+    for i in range(hours):
         hour = first + timedelta(hours=i)
         if hour > now:
             break

@@ -16,6 +16,9 @@ DEFAULT_PROBES = (
     "you are now",
 )
 PER_PROBE = 25  # nearest live facts taken per probe
+# Below this cosine similarity (all-MiniLM-L6-v2) a fact only shares "The user ..." with a probe;
+# above it, it is worth a look. Pattern matches are listed whatever their similarity.
+SIMILARITY_FLOOR = 0.4
 PATTERN_LIMIT = 200  # pattern matches taken per audit
 REASON_MAX = 300
 
@@ -52,14 +55,14 @@ def matching_patterns(text):
     return [p.pattern for p in _PY_PATTERNS if p.search(text)]
 
 
-def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT):
+def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLOOR):
     """Flagged live facts, pattern matches first, then by similarity to the probes (bounded size)."""
     live = MemoryFact.objects.live().select_related("user", "org")
     found = {}
     probe_list = probes()
     vectors = embeddings.embed_many(probe_list)
     for probe, vector in zip(probe_list, vectors, strict=True):
-        for fact in live.nearest(vector)[:per_probe]:
+        for fact in live.nearest(vector, floor)[:per_probe]:
             similarity = round(1 - fact.distance, 4)
             entry = found.setdefault(fact.id, Flagged(fact))
             if similarity > entry.similarity:

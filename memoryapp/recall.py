@@ -159,6 +159,9 @@ def _cached(session):
 # One statement, so it is atomic on its own: store the block only if nobody stored another since we
 # looked (of two first recalls racing, one wins; the loser changes nothing and returns the winner's),
 # mark every selected fact recalled in a single UPDATE, and log each one with its tier and score.
+# {relax} turns off the wait for the WAL flush for this statement's own transaction: a crash could
+# lose the last fraction of a second of recall logs (the block is then simply recomputed), which is
+# not worth a disk flush on every agent turn.
 STORE_SQL = """
 WITH claimed AS (
     UPDATE memoryapp_agentsession SET memory_block = %(block)s, memory_block_at = %(now)s
@@ -175,8 +178,9 @@ WITH claimed AS (
         WITH ORDINALITY AS u(fact_id, tier, score, position)
     RETURNING id
 )
-SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked), (SELECT count(*) FROM logged)
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked), (SELECT count(*) FROM logged){relax}
 """
+RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
 
 def recall(session, message, refresh=False, vector=None):
@@ -193,9 +197,11 @@ def recall(session, message, refresh=False, vector=None):
     chosen = in_block_order(select(session.user_id, message, org=session.org_id, vector=vector))
     block = render(chosen, session.org if any(s.tier == "org" for s in chosen) else None)
     now = clock.now()
+    # Inside a caller's transaction the setting would outlive this statement, so leave it alone there.
+    sql = STORE_SQL.format(relax="" if connection.in_atomic_block else RELAX_COMMIT)
     with connection.cursor() as cursor:
         cursor.execute(
-            STORE_SQL,
+            sql,
             {
                 "block": block,
                 "now": now,
@@ -207,7 +213,7 @@ def recall(session, message, refresh=False, vector=None):
                 "scores": [s.score for s in chosen],
             },
         )
-        (claimed, _, _) = cursor.fetchone()
+        claimed = cursor.fetchone()[0]
     if not claimed:
         session.refresh_from_db(fields=["memory_block", "memory_block_at"])
         return _cached(session) or RecallResult(block=session.memory_block or "", cached=True)

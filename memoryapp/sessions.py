@@ -29,6 +29,7 @@ class TooManyTurns(Exception):
 
 
 def hash_key(key):
+    """The stored form of an API key (sha256 hex)."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -80,6 +81,7 @@ def get_or_create_user(org, external_id):
 
 
 def external_id_of(user, org=None):
+    """The agent's id for `user` (in `org` when given), or None."""
     qs = ExternalIdentity.objects.filter(user=user)
     if org is not None:
         qs = qs.filter(org=org)
@@ -184,4 +186,5 @@ def sweep(now=None, batch=500):
 
 
 def org_by_slug(slug):
+    """The organisation with this slug, or None."""
     return Organization.objects.filter(slug=slug).first()

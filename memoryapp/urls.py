@@ -5,9 +5,11 @@ from django.urls import include, path
 from memoryapp.api import api
 from memoryapp.views import account
 from memoryapp.views.auth import LoginView
+from memoryapp.views.health import healthz
 
 urlpatterns = [
     path("", account.home, name="home"),
+    path("healthz", healthz, name="healthz"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("me/", include("memoryapp.views.account_urls")),

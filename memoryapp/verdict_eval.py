@@ -257,8 +257,8 @@ def confusion(gold, predicted):
 def score_pairs(rows, embedder, floor):
     """The classifier alone, and the classifier behind the neighbour floor (what store_fact does)."""
     gold = [r["label"] for r in rows]
-    alone = [offline.classify(r["old"], r["new"]) for r in rows]
     sims = [embedder.cos(r["old"], r["new"]) for r in rows]
+    alone = [offline.classify(r["old"], r["new"], similarity=s) for r, s in zip(rows, sims, strict=True)]
     gated = [v if s >= floor else "INDEPENDENT" for v, s in zip(alone, sims, strict=True)]
     passing = {
         label: round(float(np.mean([s >= floor for s, g in zip(sims, gold, strict=True) if g == label])), 3)
@@ -270,7 +270,16 @@ def score_pairs(rows, embedder, floor):
         for label in LABELS
         if label in gold
     }
+    sweep = {
+        f"{f:.2f}": {
+            label: round(float(np.mean([s >= f for s, g in zip(sims, gold, strict=True) if g == label])), 3)
+            for label in LABELS
+            if label in gold
+        }
+        for f in np.round(np.arange(0.25, 0.651, 0.05), 2)
+    }
     return {
+        "floor_sweep": sweep,
         "classifier": confusion(gold, alone),
         "with_floor": confusion(gold, gated),
         "floor": floor,
@@ -314,7 +323,7 @@ def decode_predict(history, last, embedder, floor=None, limit=5):
         if floor is not None:
             scored = sorted(((embedder.cos(old, new), old) for old in history), reverse=True)
             candidates = [old for s, old in scored if s >= floor][:limit]
-        if any(offline.classify(old, new) == "CONTRADICTS" for old in candidates):
+        if any(offline.classify(old, new, similarity=embedder.cos(old, new)) == "CONTRADICTS" for old in candidates):
             return True
     return False
 

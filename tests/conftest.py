@@ -166,64 +166,84 @@ def worker_database_url():
 
 
 def _reset_celery_producers(app):
+    from kombu import pools
+
+    pools.reset()  # kombu's global connection and producer pools, keyed by broker URL
     if app._pool is not None:
         app._pool.force_close_all()
     app._pool = None
     app.__dict__.pop("amqp", None)  # cached queues, router and producer pool are rebuilt from conf
 
 
-@pytest.fixture
-def celery_redis(monkeypatch):
-    """This process publishes to the real Redis on a queue of its own; yields (broker_url, queue).
-
-    Fails (never skips) when Redis is not reachable.
-    """
-    import uuid
-
+def _redis_or_fail():
     import redis
-
-    from memoryapp.celery import app
 
     try:
         redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
         pytest.fail(f"the queue tests need Redis at {REDIS_TEST_URL}: {exc}")
-    queue = f"test-{uuid.uuid4().hex[:12]}"
-    saved = {k: app.conf[k] for k in ("task_default_queue", "broker_transport_options")}
-    # Celery reads CELERY_BROKER_URL from the environment before its own conf.
-    monkeypatch.setenv("CELERY_BROKER_URL", REDIS_TEST_URL)
-    app.conf.update(task_default_queue=queue, broker_transport_options={}, broker_url=REDIS_TEST_URL)
-    _reset_celery_producers(app)
-    yield REDIS_TEST_URL, queue
-    app.conf.update(saved)
-    _reset_celery_producers(app)
-    redis.Redis.from_url(REDIS_TEST_URL).delete(queue)
+
+
+@pytest.fixture(scope="session")
+def celery_queue_name():
+    """One Redis queue for this test run, shared by the workers and the publishing test process."""
+    import uuid
+
+    return f"test-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
-def celery_workers(celery_redis, transactional_db):
-    """Start real `celery worker` subprocesses on the test database: call start(n=1, **env)."""
+def celery_redis(monkeypatch, celery_queue_name):
+    """This process publishes to the real Redis on the run's own queue; yields (broker_url, queue).
+
+    Fails (never skips) when Redis is not reachable.
+    """
+    from memoryapp.celery import app
+
+    _redis_or_fail()
+    saved = {k: app.conf[k] for k in ("task_default_queue", "broker_transport_options")}
+    # Celery reads CELERY_BROKER_URL from the environment before its own conf.
+    monkeypatch.setenv("CELERY_BROKER_URL", REDIS_TEST_URL)
+    app.conf.update(task_default_queue=celery_queue_name, broker_transport_options={}, broker_url=REDIS_TEST_URL)
+    _reset_celery_producers(app)
+    yield REDIS_TEST_URL, celery_queue_name
+    app.conf.update(saved)
+    _reset_celery_producers(app)
+
+
+@pytest.fixture(scope="session")
+def _celery_worker_pool(django_db_setup, django_db_blocker, celery_queue_name):
+    """Real `celery worker` subprocesses on the test database, started on first use and kept for the run
+    (a worker takes seconds to boot; the tests share them). Stopped before the test database goes."""
     import subprocess
     import sys
 
-    broker, queue = celery_redis
+    import redis
+
     procs = []
 
-    def start(n=1, **extra_env):
+    def start(n):
+        with django_db_blocker.unblock():
+            database_url = worker_database_url()
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ANTHROPIC_API_KEY", "CELERY_EAGER")}
         env.update(
-            DATABASE_URL=worker_database_url(),
-            CELERY_BROKER_URL=broker,
-            CELERY_QUEUE=queue,
+            DATABASE_URL=database_url,
+            CELERY_BROKER_URL=REDIS_TEST_URL,
+            CELERY_QUEUE=celery_queue_name,
             EXTRACTION_BACKEND="offline",
             DJANGO_SETTINGS_MODULE="memoryapp.settings",
             PYTHONPATH=BASE_DIR,
         )
-        env.update({k: str(v) for k, v in extra_env.items()})
         celery_bin = os.path.join(os.path.dirname(sys.executable), "celery")
-        for i in range(n):
-            cmd = [celery_bin, "-A", "memoryapp", "worker", "-Q", queue, "--pool=solo", "-l", "WARNING"]
-            cmd += ["-n", f"{queue}-{len(procs)}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        while len(procs) < n:
+            cmd = [celery_bin, "-A", "memoryapp", "worker", "-Q", celery_queue_name, "--pool=solo", "-l", "WARNING"]
+            cmd += [
+                "-n",
+                f"{celery_queue_name}-{len(procs)}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ]
             procs.append(subprocess.Popen(cmd, cwd=BASE_DIR, env=env))
         return procs
 
@@ -236,6 +256,33 @@ def celery_workers(celery_redis, transactional_db):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    if procs:
+        redis.Redis.from_url(REDIS_TEST_URL).delete(celery_queue_name)
+
+
+@pytest.fixture
+def celery_workers(celery_redis, transactional_db, _celery_worker_pool):
+    """Call start(n) for at least n real workers (offline backend) consuming this run's queue;
+    waits until they answer a ping. Use with django_db(transaction=True)."""
+    import socket
+
+    from memoryapp.celery import app
+
+    def start(n=1):
+        procs = _celery_worker_pool(n)
+        _, queue = celery_redis
+        # Ping only our own workers: others may share this Redis.
+        names = [f"{queue}-{i}@{socket.gethostname()}" for i in range(len(procs))]
+        wait_for(
+            lambda: len(app.control.ping(names, timeout=0.5)) >= n if all(p.poll() is None for p in procs) else "died",
+            timeout=90,
+            message=f"{n} Celery worker(s) to start",
+        )
+        dead = [p.args for p in procs if p.poll() is not None]
+        assert not dead, f"a Celery worker exited: {dead}"
+        return procs
+
+    return start
 
 
 def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):

@@ -56,7 +56,10 @@ def seed_memory(org, user, scripted):
         org,
         user,
         SECOND_CONVERSATION,
-        [("The user's main database is PlanetScale.", "profile"), ("The user prefers short answers with code first.", "preference")],
+        [
+            ("The user's main database is PlanetScale.", "profile"),
+            ("The user prefers short answers with code first.", "preference"),
+        ],
         scripted,
         verdicts={"postgresql": "CONTRADICTS", "short answers": "DUPLICATE"},
     )
@@ -231,7 +234,9 @@ def test_correct_rejects_an_unknown_kind(as_alice, alice, seeded):
 
 def test_correcting_a_replaced_version_says_so(as_alice, alice, seeded):
     old = fact(alice, "PostgreSQL")
-    response = as_alice.post(f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"})
+    response = as_alice.post(
+        f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"}
+    )
     assert "already been replaced" in text_of(response)
     assert not MemoryFact.objects.filter(text__contains="MySQL").exists()
 
@@ -267,7 +272,9 @@ def test_delete_with_htmx_confirms_inline(as_alice, alice, seeded):
 
 def test_history_shows_every_version_with_when_and_why(as_alice, alice, seeded):
     current = live_fact(alice, "PlanetScale")
-    as_alice.post(f"/me/facts/{current.id}/correct/", {"text": "The user's main database is Vitess.", "kind": "profile"})
+    as_alice.post(
+        f"/me/facts/{current.id}/correct/", {"text": "The user's main database is Vitess.", "kind": "profile"}
+    )
     newest = live_fact(alice, "Vitess")
     page = text_of(as_alice.get(f"/me/facts/{newest.id}/"))
     versions = page[page.index("<h2>Versions</h2>") :]
@@ -415,7 +422,7 @@ def test_home_sends_staff_away_from_member_pages(make_user):
     staff = make_user("sam", is_staff=True)
     client = Client()
     client.force_login(staff)
-    assert client.get("/")["Location"] != "/me/"
+    assert client.get("/")["Location"] == "/console/"
 
 
 # --- ownership: another person's ids are 404 -----------------------------------

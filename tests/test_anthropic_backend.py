@@ -6,7 +6,7 @@ import httpx2
 import pytest
 
 from memoryapp import extraction, llm, sessions
-from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, Turn
+from memoryapp.models import AgentSession, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db
 

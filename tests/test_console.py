@@ -1,13 +1,14 @@
 """Support console: access control, provenance, re-run, poisoning audit, health and the access log."""
 
 import uuid
+from datetime import timedelta
 from unittest import mock
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from memoryapp import embeddings, extraction, llm, poisoning, recall, sessions, writing
+from memoryapp import clock, embeddings, extraction, llm, poisoning, recall, sessions, writing
 from memoryapp.models import (
     AgentSession,
     ExtractionRun,
@@ -168,7 +169,11 @@ def test_access_log_filters_by_staff_and_person(staff_client, story, make_user, 
 
 def test_find_filters_by_text_state_user_and_origin(staff_client, story, org, scripted):
     _conversation(
-        org, "carol", [("user", "I prefer tabs.")], {"facts": [{"text": "The user prefers tabs.", "kind": "preference"}]}, scripted
+        org,
+        "carol",
+        [("user", "I prefer tabs.")],
+        {"facts": [{"text": "The user prefers tabs.", "kind": "preference"}]},
+        scripted,
     )
     page = staff_client.get(reverse("console-home") + "?text=planetscale").content.decode()
     assert "The user&#x27;s database is PlanetScale." in page and "PostgreSQL" not in page
@@ -188,8 +193,13 @@ def test_find_is_paginated_and_htmx_gets_only_the_results(staff_client, org, mak
     user = make_user("dave", org=org)
     vector = embeddings.embed("a fact")
     MemoryFact.objects.bulk_create(
-        MemoryFact(user=user, text=f"The user owns plant number {i}.", kind="profile", embedding=vector,
-                   embedding_model=embeddings.model_name())
+        MemoryFact(
+            user=user,
+            text=f"The user owns plant number {i}.",
+            kind="profile",
+            embedding=vector,
+            embedding_model=embeddings.model_name(),
+        )
         for i in range(30)
     )
     first = staff_client.get(reverse("console-home") + "?text=plant").content.decode()
@@ -303,6 +313,7 @@ def test_poisoned_fact_is_at_the_top_of_the_audit(staff_client, org, scripted, s
         ("frank", "The user manages access permissions for the support team."),
         ("gina", "The user double-checks every refund request before approving it."),
         ("hal", "The user is now a team lead."),
+        ("ida", "The user prefers metric units."),
     ]
     for ext, text in benign:
         user = sessions.get_or_create_user(org, ext)
@@ -311,6 +322,7 @@ def test_poisoned_fact_is_at_the_top_of_the_audit(staff_client, org, scripted, s
     poison = _plant_poison(victim)
     flagged = poisoning.audit()
     assert flagged[0].fact.id == poison.id and flagged[0].matched
+    assert "The user prefers metric units." not in [f.fact.text for f in flagged]  # unrelated: not flagged
     page = staff_client.get(reverse("console-poisoning")).content.decode()
     first = page.index('class="fact flagged')
     assert page.index(f'id="flag-{poison.id}"', first - 200) < page.index('class="fact flagged', first + 10)
@@ -367,7 +379,11 @@ def test_configured_probes_are_used(settings, org):
 def test_health_makes_the_silent_failure_visible(staff_client, org, scripted):
     _conversation(org, "kim", [("user", "I use Vim.")], "Sure! The user uses Vim.", scripted)  # HTTP 200, not JSON
     _conversation(
-        org, "lee", [("user", "I use Emacs.")], {"facts": [{"text": "The user uses Emacs.", "kind": "profile"}]}, scripted
+        org,
+        "lee",
+        [("user", "I use Emacs.")],
+        {"facts": [{"text": "The user uses Emacs.", "kind": "profile"}]},
+        scripted,
     )
     _failed_session(org, scripted, "max")
     user = sessions.get_or_create_user(org, "ned")
@@ -389,9 +405,15 @@ def test_health_numbers(org, scripted):
 
     for i, ms in enumerate([100, 200, 300, 400, 1000]):
         _, _, run = _conversation(
-            org, f"p{i}", [("user", "I like tea.")], {"facts": [{"text": "The user likes tea.", "kind": "preference"}]}, scripted
+            org,
+            f"p{i}",
+            [("user", "I like tea.")],
+            {"facts": [{"text": "The user likes tea.", "kind": "preference"}]},
+            scripted,
         )
-        ExtractionRun.objects.filter(id=run.id).update(duration_ms=ms, input_tokens=1000, output_tokens=100, cost_usd="0.0015")
+        ExtractionRun.objects.filter(id=run.id).update(
+            duration_ms=ms, input_tokens=1000, output_tokens=100, cost_usd="0.0015"
+        )
     health = metrics.extraction_health()
     assert health.p50_ms == 300
     assert health.p95_ms == pytest.approx(880)  # percentile_cont: 400 + 0.8 * (1000 - 400)
@@ -428,3 +450,55 @@ def test_forgetting_log_lists_runs_and_entries(staff_client, org):
 
 def test_session_models_agree_with_console_states(story):
     assert AgentSession.objects.get(id=story["s1"].id).extraction_status == "done"
+
+
+def test_staff_restore_an_expired_fact_within_the_grace_period(staff_client, staff, org):
+    user = sessions.get_or_create_user(org, "pia")
+    expired_at = clock.now() - timedelta(days=2)
+    fact = MemoryFact.objects.create(
+        user=user,
+        text="The user wants to learn Rust.",
+        kind="goal",
+        embedding_model="x",
+        expired_at=expired_at,
+        expired_rule="stale_goal",
+    )
+    old = MemoryFact.objects.create(
+        user=user,
+        text="The user wants to learn Zig.",
+        kind="goal",
+        embedding_model="x",
+        expired_at=clock.now() - timedelta(days=400),
+        expired_rule="stale_goal",
+    )
+    run = ForgettingRun.objects.create(mode="enforce", examined=2, matched=2)
+    for f in (fact, old):
+        ForgettingEntry.objects.create(run=run, fact=f, user=user, rule="stale_goal", applied=True)
+    detail_url = reverse("console-forgetting-run", args=[run.id])
+    detail = staff_client.get(detail_url).content.decode()
+    assert detail.count(">Restore</button>") == 1  # the one past its grace period has no button
+    assert "Restore this fact" in staff_client.get(reverse("console-fact", args=[fact.id])).content.decode()
+
+    response = staff_client.post(reverse("console-restore", args=[fact.id]), {"next": detail_url})
+    assert response.status_code == 302 and response["Location"] == detail_url
+    fact.refresh_from_db()
+    assert fact.state == "live"
+    event = FactEvent.objects.get(fact_id=fact.id, action="restored")
+    assert event.actor == "staff" and event.actor_user == staff
+    assert "restored" in staff_client.get(detail_url).content.decode()
+
+    refused = staff_client.post(reverse("console-restore", args=[old.id]), follow=True).content.decode()
+    assert "grace period" in refused
+    old.refresh_from_db()
+    assert old.state == "expired"
+    # an open redirect is not followed
+    elsewhere = staff_client.post(reverse("console-restore", args=[fact.id]), {"next": "https://evil.example/"})
+    assert elsewhere["Location"] == reverse("console-fact", args=[fact.id])
+
+
+def test_find_lists_nothing_until_staff_search(staff_client, story):
+    page = staff_client.get(reverse("console-home")).content.decode()
+    assert 'class="fact-link"' not in page and "Search by text, person" in page
+    assert not SupportAccess.objects.exists()
+    staff_client.get(reverse("console-home") + "?state=live")
+    assert SupportAccess.objects.get().page == "find"  # alice's facts were listed

@@ -31,9 +31,7 @@ def test_export_holds_every_fact_state_with_provenance_sessions_turns_recalls_sw
     assert doc["schema_version"] == export.SCHEMA_VERSION
     states = {f["text"]: f for f in doc["facts"]}
     assert states["The user's main database is PostgreSQL."]["state"] == "superseded"
-    assert states["The user's main database is PostgreSQL."]["superseded_by"] == str(
-        live_fact(alice, "PlanetScale").id
-    )
+    assert states["The user's main database is PostgreSQL."]["superseded_by"] == str(live_fact(alice, "PlanetScale").id)
     assert states["The user is preparing a conference talk on connection pooling."]["state"] == "expired"
     assert states["The user wants to learn Rust this year."]["state"] == "live"
     first = states["The user wants to learn Rust this year."]["provenance"]

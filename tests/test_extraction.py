@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from memoryapp import clock, extraction, llm, offline, sessions, writing
+from memoryapp import clock, extraction, llm, offline, rerun, sessions, writing
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -178,7 +178,7 @@ def test_backoff_grows_and_retries_stop_at_the_limit(org, scripted, settings, dj
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert sessions.sweep()["enqueued"] == 0  # out of attempts: waits for staff
     assert callbacks == []
-    assert extraction.rerun(session) is True  # staff's re-run
+    assert rerun.rerun_failed_extraction(session) is True  # staff's re-run
     assert AgentSession.objects.get(id=session.id).extraction_status == "queued"
 
 
@@ -218,7 +218,7 @@ def test_rerunning_a_finished_session_writes_nothing_new(org, scripted):
     # Even if the status were reset, a succeeded run means the facts are already written.
     AgentSession.objects.filter(id=session.id).update(extraction_status="queued")
     assert extraction.extract_session(session.id) is None
-    assert extraction.rerun(session) is False
+    assert rerun.rerun_failed_extraction(session) is False
     assert MemoryFact.objects.count() == 1 and ExtractionRun.objects.count() == 1
     assert MemoryFact.objects.get().confirmation_count == 1
     assert len(scripted.seen_inputs) == 1

@@ -216,3 +216,13 @@ def test_forget_command_shows_progress_and_a_summary(world):
     assert "3 expired" in out.getvalue()
     assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 3
     assert ForgettingRun.objects.count() == 2 and ForgettingEntry.objects.filter(applied=True).count() == 3
+
+
+def test_the_nightly_tasks_call_the_job(world, settings):
+    from memoryapp import tasks
+
+    settings.MEMORY = {**settings.MEMORY, "FORGETTING_MODE": "enforce"}
+    run_id = tasks.forget()
+    assert ForgettingRun.objects.get(id=run_id).mode == "enforce"
+    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 3
+    assert tasks.apply_retention() == 0  # no turns in this fixture

@@ -74,7 +74,7 @@ def test_duplicate_confirms_without_a_new_row(org, scripted):
 
 def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(org, scripted):
     scripted.verdict_map = {"postgresql": "DUPLICATE"}
-    for day in range(10):
+    for _ in range(10):
         clock.advance(timedelta(days=1))
         run_session(org, scripted, "As always, we're on Postgres.", [(POSTGRES, "profile")])
     assert MemoryFact.objects.count() == 1

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
 
 from memoryapp import clock, erasure, portal, support_access, writing
 from memoryapp import export as exporting
@@ -120,7 +121,7 @@ def _page(request, template, context=None, status=200, section=""):
 def home(request):
     """Staff go to the support console, everyone else to their memory."""
     if request.user.is_staff:
-        for name in ("console", "support:index", "console:index", "support:home"):
+        for name in ("console-home", "console", "support:index"):
             try:
                 return redirect(reverse(name))
             except NoReverseMatch:
@@ -146,6 +147,7 @@ def portal_link(request, token):
 
 @require_GET
 @login_required
+@vary_on_headers("HX-Request")  # one URL, full page or partial: caches must tell them apart
 def memory(request):
     """The live facts, grouped by kind, with search and a kind filter."""
     query = request.GET.get("q", "").replace("\x00", "").strip()[:200]
@@ -201,6 +203,7 @@ REPLACED_WHY = {
 
 @require_GET
 @login_required
+@vary_on_headers("HX-Request")
 def fact(request, fact_id):
     """A fact's page: its current state and its history, old to new (htmx: just the fact)."""
     fact = _own_fact(request, fact_id)
@@ -233,6 +236,7 @@ def fact(request, fact_id):
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@vary_on_headers("HX-Request")
 def fact_edit(request, fact_id):
     """Correct a fact's text or kind: stored as your own version that replaces the old one."""
     fact = _own_fact(request, fact_id)
@@ -259,6 +263,7 @@ def fact_edit(request, fact_id):
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@vary_on_headers("HX-Request")
 def fact_delete(request, fact_id):
     """Delete a fact for real, with its earlier versions, after a confirmation."""
     fact = _own_fact(request, fact_id)
@@ -368,6 +373,7 @@ def conversation(request, session_id):
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@vary_on_headers("HX-Request")
 def memory_switch(request):
     """Memory on or off for every future conversation (and, when turning off, the open ones)."""
     error = None
@@ -446,8 +452,12 @@ def erase(request):
 def erased(request, receipt_id):
     """The erasure receipt: when and how much, and nothing personal, so it needs no sign-in."""
     receipt = get_object_or_404(ErasureReceipt, id=receipt_id)
-    known = [(label, receipt.counts[key]) for key, label in RECEIPT_LABELS.items() if key in receipt.counts]
-    other = [(k.replace("_", " "), n) for k, n in sorted(receipt.counts.items()) if k not in RECEIPT_LABELS]
+    known = [
+        (label, receipt.counts[key], label.startswith("of which"))
+        for key, label in RECEIPT_LABELS.items()
+        if key in receipt.counts
+    ]
+    other = [(k.replace("_", " "), n, False) for k, n in sorted(receipt.counts.items()) if k not in RECEIPT_LABELS]
     return render(request, "account/erased.html", {"receipt": receipt, "counts": known + other})
 
 

@@ -282,7 +282,7 @@ def _render_members(request, org, membership, status=200, **extra):
         "membership": membership,
         "tab": "members",
         "members": orgs.members(org),
-        "roles": Membership.Role.choices,
+        "roles": sorted(Membership.Role.choices, key=lambda c: c[0] != Membership.Role.MEMBER),  # safer default first
         **_nav(org, membership),
         **extra,
     }

@@ -8,12 +8,11 @@ from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import get_user_model
 from django.db.models import Q, prefetch_related_objects
-from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from memoryapp import charts, clock, metrics, poisoning, provenance, rerun, support_access
+from memoryapp import charts, clock, forgetting, metrics, poisoning, provenance, rerun, support_access
 from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
@@ -23,6 +22,7 @@ from memoryapp.models import (
     MemoryFact,
     RecallReview,
     SupportAccess,
+    Turn,
 )
 
 staff_only = staff_member_required(login_url="login")
@@ -97,6 +97,12 @@ def _forgetting_run_or_404(run_id):
     return get_object_or_404(ForgettingRun, id=run_id)
 
 
+def _restorable(fact, now):
+    """An expired (not superseded) fact still inside its grace period."""
+    deadline = forgetting.restore_deadline(fact)
+    return deadline is not None and fact.superseded_at is None and now <= deadline
+
+
 def _partial(request, template, name):
     return f"{template}#{name}" if request.htmx else template
 
@@ -108,7 +114,8 @@ def _partial(request, template, name):
 @require_GET
 def find(request):
     filters = provenance.Filters.from_query(request.GET)
-    page = paginate(provenance.find_facts(filters), request)
+    # Nothing is listed until staff search for something: browsing people's memory is not an investigation.
+    page = paginate(provenance.find_facts(filters), request) if filters.active else Page([], 1, False)
     prefetch_related_objects(page.rows, "user__external_ids__org")
     support_access.record_many(request.user, [f.user_id for f in page.rows], "find")
     context = {
@@ -129,11 +136,8 @@ def fact(request, fact_id):
     fact = _fact_or_404(fact_id)
     support_access.record(request.user, fact.user_id, f"fact {fact.id}")
     prov = provenance.fact_provenance(fact)
-    grace = timedelta(days=settings.MEMORY["FORGETTING_GRACE_DAYS"])
-    restorable = fact.expired_at is not None and fact.expired_at + grace > clock.now()
-    return render(
-        request, "support/fact.html", {"prov": prov, "fact": fact, "restorable": restorable, "section": "find"}
-    )
+    context = {"prov": prov, "fact": fact, "restorable": _restorable(fact, clock.now()), "section": "find"}
+    return render(request, "support/fact.html", context)
 
 
 @staff_only
@@ -202,6 +206,7 @@ def health(request):
 def poisoning_audit(request):
     flagged = poisoning.audit()
     page = paginate(flagged, request)
+    prefetch_related_objects([f.fact for f in page.rows], "user__external_ids__org")
     support_access.record_many(request.user, [f.fact.user_id for f in page.rows], "poisoning audit")
     return render(
         request,
@@ -319,11 +324,16 @@ def review_queue(request):
     groups = {}
     for review in page.rows:
         groups.setdefault(review.recall_log.session, []).append(review)
-    return render(
-        request,
-        "support/review.html",
-        {"page": page, "groups": list(groups.items()), "reviews": metrics.review_counts(), "section": "quality"},
-    )
+    turns = {}
+    for turn in Turn.objects.filter(session__in=list(groups), ordinal__lte=20).order_by("session_id", "ordinal"):
+        turns.setdefault(turn.session_id, []).append(turn)
+    context = {
+        "page": page,
+        "groups": [(session, turns.get(session.id, []), items) for session, items in groups.items()],
+        "reviews": metrics.review_counts(),
+        "section": "quality",
+    }
+    return render(request, "support/review.html", context)
 
 
 @staff_only
@@ -350,7 +360,11 @@ def review_judge(request, review_id):
 def access_log(request):
     who = (request.GET.get("user") or "").strip()[:200]
     staff_name = (request.GET.get("staff") or "").strip()[:150]
-    rows = SupportAccess.objects.select_related("user").order_by("-created_at", "-id")
+    rows = (
+        SupportAccess.objects.select_related("user")
+        .prefetch_related("user__external_ids__org")
+        .order_by("-created_at", "-id")
+    )
     if who:
         people = ExternalIdentity.objects.filter(external_id=who).values("user_id")
         rows = rows.filter(Q(user_id__in=people) | Q(user__username=who) | Q(user__email__iexact=who))
@@ -386,16 +400,26 @@ def forgetting_log(request):
 @require_GET
 def forgetting_run(request, run_id):
     frun = _forgetting_run_or_404(run_id)
-    entries = ForgettingEntry.objects.filter(run=frun).select_related("fact", "user").order_by("id")
+    entries = (
+        ForgettingEntry.objects.filter(run=frun)
+        .select_related("fact", "user")
+        .prefetch_related("user__external_ids__org")
+        .order_by("id")
+    )
     page = paginate(entries, request, per_page=50)
     support_access.record_many(request.user, [e.user_id for e in page.rows], f"forgetting run {frun.id}")
-    grace = timedelta(days=settings.MEMORY["FORGETTING_GRACE_DAYS"])
     now = clock.now()
-    rows = [(e, e.fact.expired_at is not None and e.fact.expired_at + grace > now) for e in page.rows]
+    rows = [(e, _restorable(e.fact, now)) for e in page.rows]
     return render(
         request,
         "support/forgetting_run.html",
-        {"run": frun, "page": page, "rows": rows, "grace_days": grace.days, "section": "forgetting"},
+        {
+            "run": frun,
+            "page": page,
+            "rows": rows,
+            "grace_days": settings.MEMORY["FORGETTING_GRACE_DAYS"],
+            "section": "forgetting",
+        },
     )
 
 
@@ -404,12 +428,8 @@ def forgetting_run(request, run_id):
 def restore(request, fact_id):
     fact = _fact_or_404(fact_id)
     try:
-        from memoryapp import forgetting
-    except ImportError as exc:  # the forgetting module ships separately
-        raise Http404("restoring is not available") from exc
-    try:
         forgetting.restore_fact(fact, request.user)
-    except ValueError as exc:
+    except forgetting.RestoreRefused as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Restored “{fact.text}”: it is live again.")

@@ -30,8 +30,8 @@ class Command(BaseCommand):
         decode = root / "decode"
         if not convai.is_dir() or not decode.is_dir():
             raise CommandError(f"datasets not found under {root} (expected convai2_persona_triples/ and decode/)")
-        per_label = 15 if o["smoke"] else o["per_label"]
-        decode_limit = 30 if o["smoke"] else o["decode_limit"]
+        per_label = 8 if o["smoke"] else o["per_label"]
+        decode_limit = 16 if o["smoke"] else o["decode_limit"]
         floor = o["floor"] if o["floor"] is not None else embeddings.floor("neighbour")
         started = time.monotonic()
 
@@ -79,6 +79,9 @@ class Command(BaseCommand):
                 w(benchmarks.table(["gold \\ predicted", *ve.LABELS, "F1"], rows) + "\n")
                 w(f"macro-F1 {c['macro_f1']}  accuracy {c['accuracy']}  n={c['n']}\n")
             w(f"pairs passing the floor: {s['passing_floor']}  median cosine: {s['median_similarity']}\n")
+            sweep = [[f] + [v.get(label) for label in ve.LABELS] for f, v in s["floor_sweep"].items()]
+            w(f"\nshare of {split} pairs at or above each neighbour floor\n")
+            w(benchmarks.table(["floor", *ve.LABELS], sweep) + "\n")
         w("\nDECODE\n")
         rows = []
         for name, d in r["decode"].items():

@@ -1,0 +1,84 @@
+"""A small closed-loop HTTP load generator, run as its own process (no Django imported).
+
+Used by bench_pages when wrk is not installed. Each client is a thread with one keep-alive
+connection sending the next request as soon as the previous answer arrives. Prints one JSON line.
+
+    python memoryapp/loadgen.py --url http://127.0.0.1:8000/healthz --clients 10 --seconds 5
+"""
+
+import argparse
+import http.client
+import json
+import threading
+import time
+from urllib.parse import urlsplit
+
+
+def client(url, method, body, headers, stop_at, latencies, errors):
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    while time.monotonic() < stop_at:
+        t = time.perf_counter()
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            ok = 200 <= response.status < 400
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            ok = False
+        if ok:
+            latencies.append(time.perf_counter() - t)
+        else:
+            errors.append(1)
+    conn.close()
+
+
+def run(url, clients, seconds, method="GET", body=None, headers=None):
+    """Requests/s and latency percentiles (seconds) for `clients` concurrent closed-loop clients."""
+    latencies, errors = [], []
+    stop_at = time.monotonic() + seconds
+    threads = [
+        threading.Thread(target=client, args=(url, method, body, headers or {}, stop_at, latencies, errors))
+        for _ in range(clients)
+    ]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    ordered = sorted(latencies)
+
+    def pct(p):
+        return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else None
+
+    return {
+        "requests": len(latencies),
+        "errors": len(errors),
+        "seconds": elapsed,
+        "rps": len(latencies) / elapsed if elapsed else 0.0,
+        "p50": pct(50),
+        "p95": pct(95),
+        "p99": pct(99),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--method", default="GET")
+    parser.add_argument("--body", default=None)
+    parser.add_argument("--header", action="append", default=[], help="'Name: value', repeatable")
+    args = parser.parse_args()
+    headers = dict(h.split(": ", 1) for h in args.header)
+    body = args.body.encode() if args.body is not None else None
+    print(json.dumps(run(args.url, args.clients, args.seconds, args.method, body, headers)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+"""Issue 11: every route, every kind of caller, the status each one must get, and no leaks.
+
+The routes are collected from Django's URL resolver and from the ninja API's routers, so a new
+route fails this test until someone declares who may use it.
+"""
+
+import json
+import re
+import uuid
+
+import pytest
+from django.core.cache import cache
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from memoryapp import clock, portal, sessions, writing
+from memoryapp.api import api
+from memoryapp.models import (
+    ApiKey,
+    ErasureReceipt,
+    ExternalIdentity,
+    ExtractionRun,
+    ForgettingRun,
+    Membership,
+    MemoryFact,
+    Organization,
+    OrgFactProposal,
+    RecallLog,
+    RecallReview,
+)
+
+pytestmark = pytest.mark.django_db
+
+ACTORS = ("anon", "user_a", "user_b", "other_org", "org_admin", "staff", "key_a", "key_b", "key_revoked")
+
+# B's words. None of them may appear in any response to anyone acting as, or for, someone else.
+B_SECRETS = ("Zanzibar", "QUIXOTIC-WALRUS-7731")
+
+# Declared status per route and method, one column per actor in ACTORS order:
+#          anon A   B   other adm staff keyA keyB revoked
+# Pages ignore API keys (they are not sessions), so key callers are anonymous there.
+# /me/ pages: someone else's fact or conversation is 404 (never 403: existence is not revealed).
+# /console/: staff only; anyone else is sent to sign in (staff_member_required).
+# /orgs/<slug>/: non-members 404, members 403 for admin actions, org admins 200/302.
+PAGES = {
+    "": {"GET": "302 302 302 302 302 302 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "login/": {"GET": "200 302 302 302 302 302 200 200 200", "POST": "200 302 302 302 302 302 200 200 200"},
+    "logout/": {"GET": "405 405 405 405 405 405 405 405 405", "POST": "302 302 302 302 302 302 302 302 302"},
+    "me/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "me/facts/<uuid:fact_id>/": {
+        "GET": "302 200 404 404 404 404 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "me/facts/<uuid:fact_id>/correct/": {
+        "GET": "302 200 404 404 404 404 302 302 302",
+        "POST": "302 200 404 404 404 404 302 302 302",
+    },
+    "me/facts/<uuid:fact_id>/delete/": {
+        "GET": "302 200 404 404 404 404 302 302 302",
+        "POST": "302 302 404 404 404 404 302 302 302",
+    },
+    "me/conversations/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "me/conversations/<uuid:session_id>/": {
+        "GET": "302 200 404 404 404 404 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "me/settings/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "302 400 400 400 400 400 302 302 302"},
+    "me/data/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "me/data/export.json": {
+        "GET": "302 200 200 200 200 200 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    # An empty POST only shows the confirmation form again; nothing is erased without the typed word.
+    "me/erase/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "302 200 200 200 200 200 302 302 302"},
+    # The receipt holds no personal data, so it needs no sign-in.
+    "me/erased/<uuid:receipt_id>/": {
+        "GET": "200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "me/about/": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405"},
+    # The token is the credential: whoever holds a fresh one signs in as its owner (A).
+    "me/portal/<str:token>/": {
+        "GET": "302 302 302 302 302 302 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "console/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/facts/<uuid:fact_id>/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/facts/<uuid:fact_id>/restore": {
+        "GET": "302 302 302 302 302 405 302 302 302",
+        "POST": "302 302 302 302 302 302 302 302 302",
+    },
+    "console/sessions/<uuid:session_id>/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/sessions/<uuid:session_id>/rerun": {
+        "GET": "302 302 302 302 302 405 302 302 302",
+        "POST": "302 302 302 302 302 302 302 302 302",
+    },
+    "console/runs/<int:run_id>/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/health/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/poisoning/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/poisoning/<uuid:fact_id>/": {
+        "GET": "302 302 302 302 302 405 302 302 302",
+        "POST": "302 302 302 302 302 302 302 302 302",
+    },
+    "console/quality/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/quality/review/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/quality/review/draw": {
+        "GET": "302 302 302 302 302 405 302 302 302",
+        "POST": "302 302 302 302 302 302 302 302 302",
+    },
+    "console/quality/review/<int:review_id>/": {
+        "GET": "302 302 302 302 302 405 302 302 302",
+        "POST": "302 302 302 302 302 302 302 302 302",
+    },
+    "console/access/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/at-limit/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/forgetting/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "console/forgetting/<int:run_id>/": {
+        "GET": "302 302 302 302 302 200 302 302 302",
+        "POST": "302 302 302 302 302 405 302 302 302",
+    },
+    "orgs/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "orgs/<slug:slug>/": {"GET": "302 200 200 404 200 404 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "orgs/<slug:slug>/facts/add/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/facts/<uuid:fact_id>/edit/": {
+        "GET": "302 403 403 404 200 404 302 302 302",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/facts/<uuid:fact_id>/delete/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 302 404 302 302 302",
+    },
+    "orgs/<slug:slug>/proposals/": {
+        "GET": "302 403 403 404 200 404 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "orgs/<slug:slug>/proposals/<int:proposal_id>/decide/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/members/": {
+        "GET": "302 200 200 404 200 404 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "orgs/<slug:slug>/members/add/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/members/<int:membership_id>/role/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/members/<int:membership_id>/remove/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 302 404 302 302 302",
+    },
+    "orgs/<slug:slug>/leave/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        # the only admin cannot leave (400); a member leaves (302)
+        "POST": "302 302 302 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/keys/": {
+        "GET": "302 403 403 404 200 404 302 302 302",
+        "POST": "405 405 405 405 405 405 405 405 405",
+    },
+    "orgs/<slug:slug>/keys/create/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    "orgs/<slug:slug>/keys/<int:key_id>/revoke/": {
+        "GET": "405 405 405 405 405 405 405 405 405",
+        "POST": "302 403 403 404 302 404 302 302 302",
+    },
+    "orgs/<slug:slug>/delete/": {
+        "GET": "302 403 403 404 200 404 302 302 302",
+        "POST": "302 403 403 404 400 404 302 302 302",
+    },
+    # The agent API's own pages: the schema and its viewer are public and hold no data
+    # (ninja serves them for any method).
+    "api/": {"GET": "404 404 404 404 404 404 404 404 404", "POST": "404 404 404 404 404 404 404 404 404"},
+    "api/openapi.json": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200"},
+    "api/docs": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200"},
+}
+
+# The agent API: only a live key of the session's (or person's) organisation gets through.
+# Signed-in people without a key are 401 like anyone else: the API never reads the cookie.
+API = {
+    ("POST", "/v1/sessions"): "401 401 401 401 401 401 201 201 401",
+    ("POST", "/v1/sessions/{session_id}/turns"): "401 401 401 401 401 401 202 404 401",
+    ("POST", "/v1/sessions/{session_id}/end"): "401 401 401 401 401 401 202 404 401",
+    ("GET", "/v1/sessions/{session_id}"): "401 401 401 401 401 401 200 404 401",
+    ("POST", "/v1/recall"): "401 401 401 401 401 401 200 404 401",
+    ("POST", "/v1/prompt"): "401 401 401 401 401 401 200 404 401",
+    ("GET", "/v1/sessions/{session_id}/recall"): "401 401 401 401 401 401 200 404 401",
+    ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 200 404 401",
+    ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401",
+    ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 202 404 401",
+}
+
+
+# --- collecting routes ------------------------------------------------------------------------
+
+
+def _walk(patterns, prefix=""):
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            yield from _walk(p.url_patterns, prefix + str(p.pattern))
+        elif isinstance(p, URLPattern):
+            yield prefix + str(p.pattern), p
+
+
+def django_routes():
+    """Every URL pattern of the project except the admin site's own internals."""
+    return [route for route, _ in _walk(get_resolver().url_patterns) if not route.startswith("admin/")]
+
+
+def ninja_operations():
+    """(method, path) for every operation of every router of the agent API."""
+    ops = []
+    for prefix, router in api._routers:
+        for path, path_view in router.path_operations.items():
+            for operation in path_view.operations:
+                for method in operation.methods:
+                    ops.append((method, prefix + path))
+    return ops
+
+
+def _ninja_as_django(path):
+    return "api" + re.sub(r"\{(\w+)\}", r"<\1>", path)
+
+
+# --- the world: two orgs, their people, their objects -----------------------------------------
+
+
+@pytest.fixture
+def world(db, make_user):
+    cache.clear()
+    acme = Organization.objects.create(slug="acme", name="Acme")
+    globex = Organization.objects.create(slug="globex", name="Globex")
+    alice = make_user("alice", acme)
+    bob = make_user("bob", acme)
+    carol = make_user("carol", globex)
+    olga = make_user("olga", acme, role="admin")
+    sam = make_user("sam", is_staff=True)
+    for person, org, ext in ((alice, acme, "ext-alice"), (bob, acme, "ext-bob"), (carol, globex, "ext-carol")):
+        ExternalIdentity.objects.create(org=org, user=person, external_id=ext)
+
+    def history(person, said, fact_text, kind):
+        session = sessions.open_session(acme, person)
+        sessions.add_turns(session, [("user", said), ("assistant", "Noted.")])
+        sessions.end_session(session)
+        run = ExtractionRun.objects.create(
+            user=person, session=session, backend="scripted", model="scripted", prompt_version="t", input_hash="x"
+        )
+        fact = writing.store_fact(person, fact_text, kind, session=session, run=run).fact
+        log = RecallLog.objects.create(user=person, session=session, fact=fact, tier="always")
+        review = RecallReview.objects.create(recall_log=log, user=person)
+        return session, run, fact, review
+
+    a_session, a_run, a_fact, a_review = history(
+        alice, "I prefer concise answers, please.", "The user prefers concise answers.", "preference"
+    )
+    b_session, b_run, b_fact, b_review = history(
+        bob,
+        "My secret project is called Zanzibar. QUIXOTIC-WALRUS-7731",
+        "The user's secret project codename is Zanzibar.",
+        "profile",
+    )
+    org_fact = writing.store_fact(
+        olga, "The team deploys on Fridays.", "constraint", org=acme, origin=MemoryFact.Origin.ORG_ADMIN, added_by=olga
+    ).fact
+    proposal = OrgFactProposal.objects.create(org=acme, proposed_by=alice, text="The team uses Go.", kind="profile")
+    key_a_row, key_a = sessions.create_api_key(acme, "agent")
+    _, key_b = sessions.create_api_key(globex, "agent")
+    revoked_row, key_revoked = sessions.create_api_key(acme, "old")
+    ApiKey.objects.filter(id=revoked_row.id).update(revoked_at=clock.now())
+    a_open = sessions.open_session(acme, alice)  # the agent API works on an open session
+    receipt = ErasureReceipt.objects.create(subject_ref="ref", requested_via="self", counts={"facts": 1})
+    forgetting_run = ForgettingRun.objects.create(mode="log")
+
+    cookies = {}
+    for name, person in (("user_a", alice), ("user_b", bob), ("other_org", carol), ("org_admin", olga), ("staff", sam)):
+        c = Client()
+        c.force_login(person)
+        cookies[name] = c.cookies
+    keys = {"key_a": key_a, "key_b": key_b, "key_revoked": key_revoked}
+
+    def params(route, owner="a"):
+        """Path parameters for `route`, filled with A's objects (or B's, for the cross-check)."""
+        mine = {
+            "a": {"fact": a_fact, "session": a_session, "run": a_run, "review": a_review, "user": alice},
+            "b": {"fact": b_fact, "session": b_session, "run": b_run, "review": b_review, "user": bob},
+        }[owner]
+        is_org = route.startswith("orgs/")
+        membership = Membership.objects.get(user=mine["user"], org=acme)
+        link_user = mine["user"]
+        return {
+            "fact_id": org_fact.id if is_org else mine["fact"].id,
+            "session_id": mine["session"].id,
+            "run_id": forgetting_run.id if route.startswith("console/forgetting/") else mine["run"].id,
+            "review_id": mine["review"].id,
+            "receipt_id": receipt.id,
+            "slug": acme.slug,
+            "proposal_id": proposal.id,
+            "membership_id": membership.id,
+            "key_id": key_a_row.id,
+            "user": f"ext-{link_user.username}",
+            # A fresh one-time link each time: the credential is the token itself.
+            "token": lambda: portal.issue_link(link_user)[0].rstrip("/").rsplit("/", 1)[-1],
+        }
+
+    return {
+        "cookies": cookies,
+        "keys": keys,
+        "params": params,
+        "a_session": a_session,
+        "a_open": a_open,
+        "b_session": b_session,
+        "alice": alice,
+        "bob": bob,
+    }
+
+
+def _fill(route, values):
+    def sub(match):
+        name = match.group(1)
+        value = values[name]
+        return str(value() if callable(value) else value)
+
+    route = re.sub(r"<(?:\w+:)?(\w+)>", sub, route)
+    return re.sub(r"\{(\w+)\}", sub, route)
+
+
+def _api_body(path, session_id):
+    if path == "/v1/sessions":
+        return {"user": "ext-alice"}
+    if path.endswith("/turns"):
+        return {"turns": [{"role": "user", "content": "I like tea."}]}
+    if path in ("/v1/recall", "/v1/prompt"):
+        return {"session": str(session_id), "message": "hello"}
+    return None
+
+
+def _request(world, actor, method, url, body=None):
+    """One request as `actor`, rolled back afterwards so every request sees the same world."""
+    client = Client()
+    if actor in world["cookies"]:
+        client.cookies = world["cookies"][actor].__class__(world["cookies"][actor])
+    headers = {}
+    if actor in world["keys"]:
+        headers["Authorization"] = f"Bearer {world['keys'][actor]}"
+    cache.clear()  # rate-limit counters must not turn into 429s half-way through the matrix
+    with transaction.atomic():
+        if method == "GET":
+            response = client.get(url, headers=headers)
+        elif method == "DELETE":
+            response = client.delete(url, headers=headers)
+        elif body is not None:
+            response = client.post(url, json.dumps(body), content_type="application/json", headers=headers)
+        else:
+            response = client.post(url, {}, headers=headers)
+        content = b"".join(response) if response.streaming else response.content
+        transaction.set_rollback(True)
+    return response.status_code, content.decode("utf-8", "replace")
+
+
+# --- the test ---------------------------------------------------------------------------------
+
+
+def test_every_route_answers_every_caller_as_declared_and_never_leaks_b(world):
+    routes = django_routes()
+    ops = ninja_operations()
+    ninja_routes = {_ninja_as_django(path) for _, path in ops}
+    assert len(ops) >= 10 and len(routes) >= 40, "route discovery found too little; the walk is broken"
+
+    undeclared = [r for r in routes if r not in PAGES and r not in ninja_routes]
+    undeclared += [f"{m} {p}" for m, p in ops if (m, p) not in API]
+    stale = [r for r in PAGES if r not in routes] + [f"{m} {p}" for m, p in API if (m, p) not in ops]
+    assert not undeclared, f"routes with no declared expectation (add them to PAGES/API): {undeclared}"
+    assert not stale, f"declared routes that no longer exist: {stale}"
+
+    mismatches, leaks = [], []
+    checked = 0
+    params = {**world["params"]("a"), "session_id": world["a_open"].id}
+    for route in routes:
+        if route in ninja_routes:
+            continue
+        for method, expected in PAGES[route].items():
+            for actor, want in zip(ACTORS, expected.split(), strict=True):
+                url = "/" + _fill(route, world["params"](route))
+                status, body = _request(world, actor, method, url)
+                checked += 1
+                if status != int(want):
+                    mismatches.append(f"{method} /{route} as {actor}: expected {want}, got {status}")
+                if actor not in ("user_b", "staff"):
+                    leaks += [f"{method} {url} as {actor} shows {s!r}" for s in B_SECRETS if s in body]
+
+    for method, path in ops:
+        for actor, want in zip(ACTORS, API[(method, path)].split(), strict=True):
+            url = "/api" + _fill(path, params)
+            status, body = _request(world, actor, method, url, _api_body(path, world["a_open"].id))
+            checked += 1
+            if status != int(want):
+                mismatches.append(f"{method} /api{path} as {actor}: expected {want}, got {status} {body[:120]}")
+            if actor != "user_b":
+                leaks += [f"{method} {url} as {actor} shows {s!r}" for s in B_SECRETS if s in body]
+
+    assert checked >= 9 * (len(PAGES) + len(API))
+    assert not mismatches, f"{len(mismatches)} of {checked} checks differ:\n" + "\n".join(mismatches)
+    assert not leaks, "B's memory leaked:\n" + "\n".join(leaks)
+
+
+def test_b_objects_in_the_path_never_show_b_to_a_or_another_tenant(world):
+    """The cross-check: B's own ids in every path, requested by A, another org's user and its key."""
+    params = world["params"]("b")
+    leaks, opened = [], []
+    for route in django_routes():
+        if route.startswith("api/") or "<" not in route or route.startswith("me/portal/"):
+            continue
+        url = "/" + _fill(route, world["params"](route, owner="b"))
+        for actor in ("user_a", "other_org", "key_b"):
+            status, body = _request(world, actor, "GET", url)
+            leaks += [f"GET {url} as {actor} shows {s!r}" for s in B_SECRETS if s in body]
+            if status == 200 and route.startswith("me/") and "erased" not in route:
+                opened.append(f"GET {url} as {actor}")
+    for method, path in ninja_operations():
+        body = _api_body(path, world["b_session"].id)
+        if "{" not in path and "session" not in (body or {}):
+            continue  # opening a session names no one's object: another org's key makes its own person
+        url = "/api" + _fill(path, params)
+        for actor in ("key_b", "key_revoked"):
+            status, text = _request(world, actor, method, url, body)
+            leaks += [f"{method} {url} as {actor} shows {s!r}" for s in B_SECRETS if s in text]
+            if status < 400:
+                opened.append(f"{method} {url} as {actor}: {status}")
+    # Existence is not revealed: B's fact and an id that does not exist look the same to A.
+    client = Client()
+    client.cookies = world["cookies"]["user_a"]
+    b_fact = MemoryFact.objects.for_user(world["bob"]).get()
+    assert client.get(f"/me/facts/{b_fact.id}/").status_code == client.get(f"/me/facts/{uuid.uuid4()}/").status_code
+    assert not leaks, "B's memory leaked:\n" + "\n".join(leaks)
+    assert not opened, "B's objects opened for someone else:\n" + "\n".join(opened)
+
+
+def test_forms_need_a_csrf_token(org, make_user):
+    alice = make_user("alice", org)
+    fact = writing.store_fact(alice, "The user prefers tea.", "preference").fact
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post(f"/me/facts/{fact.id}/delete/").status_code == 403
+    assert MemoryFact.objects.filter(id=fact.id).exists()

@@ -1,0 +1,113 @@
+"""Writes for one user are serialised: two sessions ending together never duplicate or double-supersede."""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from memoryapp import extraction, sessions, writing
+from memoryapp.models import FactEvent, MemoryFact
+from tests.conftest import wait_for
+
+POSTGRES = "The user's database is PostgreSQL."
+PLANETSCALE = "The user's database is PlanetScale."
+
+
+class InLockstep(extraction.ScriptedBackend):
+    """Scripted answers, but every extraction waits until all of them have reached the model call,
+    so the writes that follow really do race."""
+
+    def __init__(self, parties, **kwargs):
+        super().__init__(**kwargs)
+        self.barrier = threading.Barrier(parties)
+
+    def extract(self, text):
+        self.barrier.wait(timeout=20)
+        return super().extract(text)
+
+
+def two_ended_sessions(org, said):
+    person = sessions.get_or_create_user(org, "ext-1")
+    out = []
+    for _ in range(2):
+        session = sessions.open_session(org, person)
+        sessions.add_turns(session, [("user", said)])
+        sessions.end_session(session)
+        out.append(session)
+    return person, out
+
+
+def extract_concurrently(session_ids):
+    errors = []
+
+    def work(sid):
+        try:
+            extraction.extract_session(sid)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(sid,)) for sid in session_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_same_fact_from_two_sessions_at_once_is_one_row(org):
+    backend = InLockstep(
+        2, extract={"facts": [{"text": POSTGRES, "kind": "profile"}]}, verdicts={"postgresql": "DUPLICATE"}
+    )
+    with extraction.use_backend(backend):
+        _, both = two_ended_sessions(org, "We're on Postgres.")
+        extract_concurrently([s.id for s in both])
+    fact = MemoryFact.objects.get()
+    assert fact.text == POSTGRES and fact.confirmation_count == 2
+    assert sorted(FactEvent.objects.values_list("action", flat=True)) == ["confirmed", "created"]
+    assert {s.extraction_runs.get().status for s in both} == {"succeeded"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fact_is_never_superseded_twice(org):
+    person = sessions.get_or_create_user(org, "ext-1")
+    old = writing.store_fact(person, POSTGRES, "profile", judge=extraction.ScriptedBackend().verdicts).fact
+    backend = InLockstep(
+        2,
+        extract={"facts": [{"text": PLANETSCALE, "kind": "profile"}]},
+        verdicts={"postgresql": "CONTRADICTS", "planetscale": "DUPLICATE"},
+    )
+    with extraction.use_backend(backend):
+        _, both = two_ended_sessions(org, "We migrated to PlanetScale.")
+        extract_concurrently([s.id for s in both])
+
+    new = MemoryFact.objects.get(text=PLANETSCALE)  # one row, not two
+    old.refresh_from_db()
+    assert old.superseded_by_id == new.id and new.superseded_at is None and new.confirmation_count == 2
+    assert FactEvent.objects.filter(fact_id=old.id, action="superseded").count() == 1
+    assert list(MemoryFact.objects.live().values_list("text", flat=True)) == [PLANETSCALE]
+
+
+@pytest.mark.queue
+@pytest.mark.django_db(transaction=True)
+def test_two_real_workers_ending_two_sessions_of_one_user(api, celery_workers):
+    celery_workers(2)
+    ids = []
+    for _ in range(2):
+        sid = api.post("/v1/sessions", {"user": "ext-twins"}).json()["id"]
+        api.post(
+            f"/v1/sessions/{sid}/turns", {"turns": [{"role": "user", "content": "I use Neovim. I live in Porto."}]}
+        )
+        ids.append(sid)
+    for sid in ids:  # back to back: both workers pick one up at the same moment
+        assert api.post(f"/v1/sessions/{sid}/end").status_code == 202
+
+    wait_for(
+        lambda: all(api.get(f"/v1/sessions/{sid}").json()["extraction_status"] == "done" for sid in ids),
+        message="both extractions to finish",
+    )
+    live = sorted(MemoryFact.objects.live().values_list("text", "confirmation_count"))
+    assert live == [("The user lives in Porto.", 2), ("The user uses Neovim.", 2)]
+    assert MemoryFact.objects.count() == 2

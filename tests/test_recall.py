@@ -1,0 +1,378 @@
+"""The read path: two tiers under a budget, once per session, explainable, and never a stale fact."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memoryapp import clock, embeddings, extraction, recall, sessions, writing
+from memoryapp.models import AgentSession, FactEvent, Membership, MemoryFact, RecallLog
+from tests.conftest import Api
+
+pytestmark = pytest.mark.django_db
+
+ONPREM = "The user's company runs everything on-prem by contract and cannot use cloud services."
+
+
+def _error(response, status):
+    assert response.status_code == status, response.content
+    return response.json()["error"]
+
+
+def _run_session(api, scripted, user, text, facts):
+    """One whole agent session over the API; its extraction runs as the worker would run it."""
+    sid = api.post("/v1/sessions", {"user": user}).json()["id"]
+    assert api.post(f"/v1/sessions/{sid}/turns", {"turns": [{"role": "user", "content": text}]}).status_code == 202
+    scripted.extract_answer = {"facts": facts}
+    assert api.post(f"/v1/sessions/{sid}/end").status_code == 202
+    extraction.extract_session(sid)
+    return sid
+
+
+def _user(org, name="alice"):
+    return sessions.get_or_create_user(org, name)
+
+
+def _fact(user, text, kind, **extra):
+    fact = MemoryFact.objects.create(
+        user=user, text=text, kind=kind, embedding=embeddings.embed(text), embedding_model=embeddings.model_name()
+    )
+    if extra:
+        MemoryFact.objects.filter(id=fact.id).update(**extra)
+        fact.refresh_from_db()
+    return fact
+
+
+def _fact_lines(block):
+    return [line for line in block.splitlines() if line.startswith("- [")]
+
+
+# --- the seed's test -------------------------------------------------------------------------
+
+
+def test_onprem_constraint_survives_three_unrelated_sessions(api, scripted):
+    _run_session(
+        api,
+        scripted,
+        "alice",
+        "We're on-prem, contractually. Never propose cloud services.",
+        [{"text": ONPREM, "kind": "constraint"}],
+    )
+    for _ in range(3):
+        _run_session(api, scripted, "alice", "Explain the difference between a mutex and a semaphore.", [])
+
+    sid = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    body = api.post(
+        "/v1/recall", {"session": sid, "message": "How should we handle file storage for the new module?"}
+    ).json()
+
+    assert "on-prem" in body["block"]
+    assert "earlier sessions" in body["block"] and "the user is right" in body["block"]
+    [fact] = body["facts"]
+    assert fact["text"] == ONPREM and fact["kind"] == "constraint" and fact["tier"] == "always"
+    assert fact["scope"] == "personal" and body["cached"] is False
+    # The message never mentions clouds: the fact is there because constraints are always on.
+    assert embeddings.embed(ONPREM) @ embeddings.embed("How should we handle file storage?") < 0.5
+
+
+# --- what may appear -----------------------------------------------------------------------------
+
+
+def test_superseded_and_expired_facts_never_appear(org, scripted):
+    alice = _user(org)
+    scripted.verdict_map = {"postgresql": "CONTRADICTS"}
+    old = writing.store_fact(alice, "The user's database is PostgreSQL.", "profile").fact
+    new = writing.store_fact(alice, "The user's database is PlanetScale.", "profile").fact
+    old.refresh_from_db()
+    assert old.superseded_by_id == new.id
+    expired = _fact(alice, "The user wants to learn the Rust programming language.", "goal")
+    MemoryFact.objects.filter(id=expired.id).update(expired_at=clock.now(), expired_rule="stale_goal")
+
+    for message in ("Which database do we use, PostgreSQL?", "Should I learn the Rust programming language?"):
+        result = recall.recall(sessions.open_session(org, alice), message)
+        ids = {s.fact.id for s in result.facts}
+        assert old.id not in ids and expired.id not in ids and new.id in ids
+        assert "PostgreSQL" not in result.block and "Rust" not in result.block
+        assert "PlanetScale" in result.block
+
+
+def test_tier_two_is_similar_facts_above_the_floor_and_tier_one_is_always_on(org):
+    alice = _user(org)
+    tabs = _fact(alice, "The user prefers tabs over spaces when writing Python code.", "preference")
+    _fact(alice, "The user enjoys hiking in the Alps on weekends.", "preference")
+    role = _fact(alice, "The user is a backend engineer at a logistics company.", "profile")
+
+    result = recall.recall(sessions.open_session(org, alice), "How should I indent this Python function?")
+
+    by_id = {s.fact.id: s for s in result.facts}
+    assert set(by_id) == {tabs.id, role.id}
+    assert by_id[role.id].tier == "always" and by_id[role.id].score is None
+    assert by_id[tabs.id].tier == "relevant" and by_id[tabs.id].score >= embeddings.floor("recall")
+    assert "hiking" not in result.block
+
+
+def test_tier_one_takes_the_most_recently_confirmed_first(org, settings):
+    settings.MEMORY = {**settings.MEMORY, "TIER1_LIMIT": 2, "TIER2_LIMIT": 0}
+    alice = _user(org)
+    now = clock.now()
+    facts = [
+        _fact(alice, f"The user works in team number {i}.", "profile", last_confirmed_at=now - timedelta(days=10 - i))
+        for i in range(4)
+    ]
+    result = recall.recall(sessions.open_session(org, alice), "hello")
+    assert {s.fact.id for s in result.facts} == {facts[3].id, facts[2].id}
+
+
+def test_cap_holds_with_500_live_facts(org, other_org, settings):
+    alice = _user(org)
+    message = "Which editor settings should I use for Python?"
+    close = embeddings.embed("The user likes editor settings for Python.")
+    model = embeddings.model_name()
+    kinds = ["constraint", "profile", "preference", "goal", "preference"]
+    MemoryFact.objects.bulk_create(
+        MemoryFact(
+            user=alice,
+            text=f"The user has preference number {i}.",
+            kind=kinds[i % 5],
+            embedding=close,
+            embedding_model=model,
+        )
+        for i in range(500)
+    )
+    for i in range(5):
+        MemoryFact.objects.create(
+            org=org,
+            scope="org",
+            text=f"The team has rule number {i}.",
+            kind="constraint",
+            embedding=close,
+            embedding_model=model,
+        )
+
+    result = recall.recall(sessions.open_session(org, alice), message)
+
+    tiers = [s.tier for s in result.facts]
+    assert len(result.facts) == 20 == len(_fact_lines(result.block))
+    assert tiers.count("always") == 12 and tiers.count("relevant") == 8 and "org" not in tiers
+    assert RecallLog.objects.filter(user=alice).count() == 20
+    assert MemoryFact.objects.filter(user=alice, last_recalled_at__isnull=False).count() == 20
+
+    # The limits are settings.
+    settings.MEMORY = {**settings.MEMORY, "RECALL_CAP": 7, "TIER1_LIMIT": 3, "TIER2_LIMIT": 3}
+    result = recall.recall(sessions.open_session(org, alice), message)
+    tiers = [s.tier for s in result.facts]
+    assert (tiers.count("always"), tiers.count("relevant"), tiers.count("org")) == (3, 3, 1)
+
+
+def test_org_facts_come_after_personal_ones_in_their_own_labelled_section(org, settings):
+    settings.MEMORY = {**settings.MEMORY, "RECALL_CAP": 3}
+    alice = _user(org)
+    _fact(alice, "The user prefers short answers.", "profile")
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    for text in ("The team deploys on Fridays.", "The team writes Go."):
+        MemoryFact.objects.create(
+            org=org,
+            scope="org",
+            text=text,
+            kind="profile",
+            embedding=embeddings.embed(text),
+            embedding_model=embeddings.model_name(),
+        )
+
+    block = recall.recall(sessions.open_session(org, alice), "How do we deploy?").block
+
+    personal, org_part = block.split(recall.ORG_HEADER.format(name=org.name))
+    assert "on-prem" in personal and "short answers" in personal
+    assert "<user_memory>" in personal and "</organisation_memory>" in org_part
+    assert len(_fact_lines(org_part)) == 1  # the cap of 3 leaves room for one org fact
+    assert "the user is right" in personal
+
+    # Someone who is not a member of the organisation never sees its facts.
+    Membership.objects.filter(user=alice, org=org).delete()
+    block = recall.recall(sessions.open_session(org, alice), "How do we deploy?").block
+    assert "Fridays" not in block and "Go." not in block and "on-prem" in block
+
+
+# --- once per session -------------------------------------------------------------------------------
+
+
+def test_two_recalls_give_identical_bytes_and_refresh_recomputes(api, org):
+    alice = _user(org)
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    sid = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    first = api.post("/v1/recall", {"session": sid, "message": "storage?"}).json()
+    _fact(alice, "The user is a data engineer.", "profile")
+
+    second = api.post("/v1/recall", {"session": sid, "message": "something else entirely"}).json()
+    assert second["block"].encode() == first["block"].encode()
+    assert second["cached"] is True and first["cached"] is False
+    assert [f["id"] for f in second["facts"]] == [f["id"] for f in first["facts"]]
+    assert RecallLog.objects.filter(session_id=sid).count() == 1
+
+    refreshed = api.post("/v1/recall", {"session": sid, "message": "storage?", "refresh": True}).json()
+    assert refreshed["cached"] is False and "data engineer" in refreshed["block"]
+    assert AgentSession.objects.get(id=sid).memory_block == refreshed["block"]
+    assert api.post("/v1/recall", {"session": sid, "message": "x"}).json()["block"] == refreshed["block"]
+
+
+def test_same_facts_give_byte_identical_blocks_whatever_the_order_they_were_picked_in(org, scripted):
+    alice = _user(org)
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    _fact(alice, "The user is a data engineer.", "profile")
+    _fact(alice, "The user lives in Lisbon.", "profile")
+    first = recall.recall(sessions.open_session(org, alice), "storage?").block
+
+    clock.advance(timedelta(days=1))
+    scripted.verdict_map = {"lisbon": "DUPLICATE"}  # re-confirming moves it to the front of tier 1
+    assert writing.store_fact(alice, "The user lives in Lisbon.", "profile").outcome == "confirmed"
+    second = recall.recall(sessions.open_session(org, alice), "a different question").block
+
+    assert second.encode() == first.encode() and len(_fact_lines(first)) == 3
+
+
+def test_a_fact_deleted_or_corrected_mid_session_leaves_the_cached_block(org):
+    alice = _user(org)
+    secret = _fact(alice, "The user is being treated for an illness.", "profile")
+    role = _fact(alice, "The user is a data engineer.", "profile")
+    session = sessions.open_session(org, alice)
+    assert "illness" in recall.recall(session, "hi").block
+
+    writing.delete_fact(secret, actor=FactEvent.Actor.USER, actor_user=alice)
+    after_delete = recall.recall(session, "hi")
+    assert "illness" not in after_delete.block and "data engineer" in after_delete.block
+
+    writing.correct_fact(role, "The user is a platform engineer.", "profile", actor_user=alice)
+    after_correction = recall.recall(session, "hi").block
+    assert "platform engineer" in after_correction and "data engineer" not in after_correction
+
+
+def test_a_racing_first_recall_keeps_the_winners_block(org):
+    alice = _user(org)
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    session = sessions.open_session(org, alice)
+    stale = AgentSession.objects.get(id=session.id)  # read before the other recall stored its block
+
+    winner = recall.recall(session, "storage?")
+    _fact(alice, "The user is a data engineer.", "profile")
+    loser = recall.recall(stale, "something else")
+
+    assert loser.block == winner.block and loser.cached is True
+    assert RecallLog.objects.filter(session=session).count() == 1
+
+
+# --- memory off ---------------------------------------------------------------------------------------
+
+
+def test_memory_off_sessions_and_switched_off_users_get_nothing_and_leave_no_trace(api, org):
+    alice = _user(org)
+    fact = _fact(alice, "The user is on-prem by contract.", "constraint")
+    off = api.post("/v1/sessions", {"user": "alice", "memory": "off"}).json()["id"]
+    assert api.post("/v1/recall", {"session": off, "message": "storage?"}).json() == {
+        "block": "",
+        "facts": [],
+        "cached": False,
+    }
+    system = api.post("/v1/prompt", {"session": off, "message": "x", "instructions": "Be brief."}).json()["system"]
+    assert system == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+
+    on = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    writing.set_memory_switch(alice, False)
+    assert api.post("/v1/recall", {"session": on, "message": "storage?"}).json()["block"] == ""
+    later = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    assert api.post("/v1/recall", {"session": later, "message": "storage?"}).json()["block"] == ""
+
+    assert not RecallLog.objects.exists()
+    fact.refresh_from_db()
+    assert fact.last_recalled_at is None
+
+
+def test_nothing_to_recall_is_an_empty_string(api):
+    sid = api.post("/v1/sessions", {"user": "newcomer"}).json()["id"]
+    body = api.post("/v1/recall", {"session": sid, "message": "Hello there"}).json()
+    assert body == {"block": "", "facts": [], "cached": False}
+    assert api.post("/v1/recall", {"session": sid, "message": "Hello again"}).json()["cached"] is True
+
+
+# --- marking and logging ---------------------------------------------------------------------------
+
+
+def test_recalled_facts_are_marked_in_one_statement_and_logged_with_tier_and_score(org):
+    alice = _user(org)
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    _fact(alice, "The user prefers tabs over spaces when writing Python code.", "preference")
+    _fact(alice, "The user enjoys writing Python scripts for automation.", "preference")
+    session = sessions.open_session(org, alice)
+    clock.advance(timedelta(hours=1))
+
+    with CaptureQueriesContext(connection) as queries:
+        result = recall.recall(session, "How should I indent my Python code?")
+
+    fact_updates = [q for q in queries if "update memoryapp_memoryfact" in q["sql"].lower().replace('"', "")]
+    assert len(fact_updates) == 1
+    assert len(result.facts) == 3
+    stamps = set(MemoryFact.objects.filter(user=alice).values_list("last_recalled_at", flat=True))
+    assert len(stamps) == 1 and stamps.pop() >= clock.now() - timedelta(seconds=5)
+    logs = list(RecallLog.objects.filter(session=session).order_by("position"))
+    assert [(log.fact_id, log.tier, log.score) for log in logs] == [(s.fact.id, s.tier, s.score) for s in result.facts]
+    assert {log.tier for log in logs} == {"always", "relevant"}
+    assert all(log.score is None for log in logs if log.tier == "always")
+    assert all(0 < log.score <= 1 for log in logs if log.tier == "relevant")
+
+
+# --- explaining a session -------------------------------------------------------------------------
+
+
+def test_session_recall_explains_what_was_injected_and_why(api, org):
+    alice = _user(org)
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    _fact(alice, "The user prefers tabs over spaces when writing Python code.", "preference")
+    sid = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
+    assert api.get(f"/v1/sessions/{sid}/recall").json()["injected"] == []
+    api.post("/v1/recall", {"session": sid, "message": "How should I indent my Python code?"})
+
+    body = api.get(f"/v1/sessions/{sid}/recall").json()
+    assert body["session"] == sid and "on-prem" in body["block"]
+    why = {i["text"]: i for i in body["injected"]}
+    assert why["The user is on-prem by contract."]["tier"] == "always"
+    tabs = why["The user prefers tabs over spaces when writing Python code."]
+    assert tabs["tier"] == "relevant" and tabs["score"] > embeddings.floor("recall")
+    assert tabs["kind"] == "preference" and tabs["scope"] == "personal" and tabs["recalled_at"]
+    assert body["memory"] == "on" and body["block_at"] and all(i["in_current_block"] for i in body["injected"])
+
+    # After a refresh the history stays, and says which entries the current block holds.
+    api.post("/v1/recall", {"session": sid, "message": "Where do we host things?", "refresh": True})
+    body = api.get(f"/v1/sessions/{sid}/recall").json()
+    current = [i["text"] for i in body["injected"] if i["in_current_block"]]
+    earlier = [i["text"] for i in body["injected"] if not i["in_current_block"]]
+    assert current == ["The user is on-prem by contract."] and len(earlier) == 2
+
+
+def test_another_orgs_session_is_404_for_every_read_path_endpoint(api, other_org):
+    _, their_key = sessions.create_api_key(other_org, "theirs")
+    theirs = Api(their_key)
+    sid = theirs.post("/v1/sessions", {"user": "bob"}).json()["id"]
+    theirs.post("/v1/recall", {"session": sid, "message": "hi"})
+
+    assert _error(api.get(f"/v1/sessions/{sid}/recall"), 404)["code"] == "not_found"
+    assert _error(api.post("/v1/recall", {"session": sid, "message": "hi"}), 404)["code"] == "not_found"
+    assert _error(api.post("/v1/prompt", {"session": sid, "message": "hi"}), 404)["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        ({"message": "hi"}, 422),
+        ({"session": "not-a-uuid", "message": "hi"}, 422),
+        ({"session": "00000000-0000-0000-0000-000000000000", "message": "hi"}, 404),
+        ({"session": "00000000-0000-0000-0000-000000000000", "message": ["a list"]}, 422),
+        ({"session": "00000000-0000-0000-0000-000000000000", "message": "x" * 40000}, 422),
+        ({"session": "00000000-0000-0000-0000-000000000000", "refresh": "maybe"}, 422),
+    ],
+)
+def test_bad_recall_input_is_a_clear_4xx(api, payload, status):
+    for path in ("/v1/recall", "/v1/prompt"):
+        error = _error(api.post(path, payload), status)
+        assert error["message"]
+    assert _error(api.post("/v1/recall", raw="{not json"), 400)["code"] == "malformed_json"
+    assert _error(api.get("/v1/sessions/not-a-uuid/recall"), 422)["message"]
