@@ -145,12 +145,14 @@ class TurnIn(Schema):
     content: str = Field(
         ...,
         description="Not blank, no NUL characters, at most MEMORY_MAX_TURN_BYTES of UTF-8 (32 KiB by default).",
-        json_schema_extra={"pattern": r"^[^\u0000]*\S[^\u0000]*$", "maxLength": 32 * 1024},
+        json_schema_extra={"pattern": r"^[^\u0000]*\S[^\u0000]*$"},
     )
 
 
 class TurnsIn(Schema):
-    turns: list[TurnIn]
+    turns: list[TurnIn] = Field(
+        ..., description="1 to MEMORY_MAX_TURNS_PER_CALL turns (100 by default).", json_schema_extra={"minItems": 1}
+    )
 
 
 class AcceptedOut(Schema):

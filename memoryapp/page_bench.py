@@ -108,7 +108,7 @@ def seed(n_facts, progress=None):
 
     seeded.targets = {
         "ceiling (healthz)": (reverse("healthz"), "GET", None, {}, "ok"),
-        "My memory (300 facts)": (
+        f"My memory ({n_facts} facts)": (
             reverse("account:memory"),
             "GET",
             None,

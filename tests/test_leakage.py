@@ -425,6 +425,7 @@ def test_route_collection_covers_the_fact_pages_and_api():
     assert ("GET", "/api/v1/sessions/{session_id}/recall") in operations
 
 
+@pytest.mark.slow
 def test_no_memory_crosses_between_colleagues_or_organisations(scripted, make_user):
     world = build_world(scripted, make_user)
     users = world.users

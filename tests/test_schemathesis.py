@@ -3,6 +3,8 @@
 Every generated request must get a declared status (never a 500) and a body that matches the schema.
 """
 
+import uuid
+
 import pytest
 import schemathesis
 from django.core.cache import cache
@@ -34,6 +36,14 @@ def key(db, settings):
     request_finished.connect(close_old_connections)
 
 
+def _is_uuid(value):
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_agent_api_conforms_to_its_schema(case, key):
@@ -41,10 +51,12 @@ def test_agent_api_conforms_to_its_schema(case, key):
     org = Organization.objects.get(slug="fuzz")
     person = sessions.get_or_create_user(org, "fuzz-person")
     session = sessions.open_session(org, person)
-    if "session_id" in (case.path_parameters or {}):
-        case.path_parameters["session_id"] = str(session.id)
-    if "user" in (case.path_parameters or {}) and len(case.path_parameters["user"]) % 2:
-        case.path_parameters["user"] = "fuzz-person"
-    if isinstance(case.body, dict) and "session" in case.body:
+    # Only well-formed ids are swapped, so deliberately malformed ones still test rejection.
+    path = case.path_parameters or {}
+    if _is_uuid(path.get("session_id")):
+        path["session_id"] = str(session.id)
+    if isinstance(path.get("user"), str) and len(path["user"]) % 2:
+        path["user"] = "fuzz-person"
+    if isinstance(case.body, dict) and _is_uuid(case.body.get("session")):
         case.body["session"] = str(session.id)
     case.call_and_validate(headers={"Authorization": f"Bearer {key}"})

@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memoryapp', '0001_initial'),
+        ("memoryapp", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='agentsession',
-            name='org',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='agent_sessions', to='memoryapp.organization'),
+            model_name="agentsession",
+            name="org",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="agent_sessions",
+                to="memoryapp.organization",
+            ),
         ),
     ]

@@ -4,6 +4,8 @@ Anyone who is not a member of an organisation gets 404 for all of its pages; mem
 anything that changes something. A member's personal memory never appears on these pages.
 """
 
+import functools
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -83,14 +85,13 @@ def _nav(org, membership):
 def _admin(view):
     """Run `view(request, org, membership, ...)` for org admins; 403 for other members (404 for outsiders)."""
 
+    @functools.wraps(view)
     def wrapped(request, slug, *args, **kwargs):
         org, membership = _org(request, slug)
         if membership.role != Membership.Role.ADMIN:
             return _forbidden(request, org, membership)
         return view(request, org, membership, *args, **kwargs)
 
-    wrapped.__name__ = view.__name__
-    wrapped.__doc__ = view.__doc__
     return wrapped
 
 

@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--datasets", default=str(benchmarks.DEFAULT_DATASETS), help="the shared datasets folder")
-        parser.add_argument("--per-label", type=int, default=500, help="pairs per label per split")
+        parser.add_argument("--per-label", type=int, default=300, help="pairs per label per split")
         parser.add_argument(
             "--pairs-out",
             default=None,
