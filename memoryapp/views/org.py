@@ -311,8 +311,8 @@ def member_add(request, org, membership):
             user = added.membership.user
             if added.invited:
                 notice = (
-                    f"Invited {user.email}: an account “{user.username}” was created for them, "
-                    "and they can set a password to sign in."
+                    f"Invited {user.email} as {added.membership.role}: their account “{user.username}” "
+                    "has no password yet."
                 )
             else:
                 notice = f"Added {user.username} as {added.membership.role}."
