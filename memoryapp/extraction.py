@@ -324,15 +324,15 @@ def _extract(session_id, info):
         usage.add(answer.usage)
         parsed = parse_answer(answer.text)
 
-        outcomes = []
+        outcomes, proposals = [], 0
         # Writes for one user are serialised by a transaction-scoped advisory lock (writing.lock_user).
         writing.lock_user(session.user_id)
         member_org_ids = set(Membership.objects.filter(user_id=session.user_id).values_list("org_id", flat=True))
         ordinals = [t.ordinal for t in user_turns]
         for candidate in parsed.facts:
             if candidate.scope == "org":
-                if session.org_id in member_org_ids:
-                    propose_org_fact(session, run, candidate)
+                if session.org_id in member_org_ids and propose_org_fact(session, run, candidate):
+                    proposals += 1
                 continue
             result = writing.store_fact(
                 session.user,
@@ -360,7 +360,7 @@ def _extract(session_id, info):
         session.extraction_attempts += 1
         session.next_attempt_at = None
         session.save(update_fields=["extraction_status", "extraction_attempts", "next_attempt_at"])
-        if not any(r.fact is not None for r in outcomes):
+        if not proposals and not any(r.fact is not None for r in outcomes):
             # Retention: a session that taught nothing keeps no turns.
             Turn.objects.filter(session=session).delete()
         return run

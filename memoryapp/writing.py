@@ -1,17 +1,20 @@
 """Storing facts: supersession, confirmation, corrections and deletion, one user at a time."""
 
+import json
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Replace
 
 from memoryapp import clock, embeddings, validation
-from memoryapp.models import AgentSession, FactEvent, MemoryFact, MemorySettings, Turn
+from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, MemorySettings, Turn
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
 USER_LOCK = 1001
 ORG_LOCK = 1002
+DELETED = "[deleted]"
 
 
 class FactRejected(ValueError):
@@ -267,8 +270,10 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
         while frontier:
             frontier = list(MemoryFact.objects.filter(superseded_by_id__in=frontier).values_list("id", flat=True))
             ids.extend(frontier)
+        doomed = list(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
+        _scrub(doomed)
         FactEvent.objects.filter(fact_id__in=ids).delete()
-        deleted, _ = MemoryFact.objects.filter(id__in=ids).delete()
+        MemoryFact.objects.filter(id__in=ids).delete()
         FactEvent.objects.create(
             fact_id=fact.id,
             user_id=fact.user_id,
@@ -279,6 +284,23 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
             reason=reason[:300],
         )
         return len(ids)
+
+
+def _scrub(facts):
+    """Remove deleted facts' text from the places that copied it: raw model output and memory blocks."""
+    for row in facts:
+        text = row["text"]
+        runs = ExtractionRun.objects.filter(id=row["extraction_run_id"]) if row["extraction_run_id"] else None
+        if runs is not None:
+            # The raw output is JSON, so the text may appear escaped; replace both spellings.
+            escaped = json.dumps(text)[1:-1]
+            runs.update(
+                raw_output=Replace(Replace("raw_output", Value(text), Value(DELETED)), Value(escaped), Value(DELETED))
+            )
+        if row["user_id"]:
+            AgentSession.objects.filter(user_id=row["user_id"], memory_block__contains=text).update(
+                memory_block=Replace("memory_block", Value(text), Value(DELETED))
+            )
 
 
 def set_memory_switch(user, enabled):

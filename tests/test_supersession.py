@@ -211,3 +211,26 @@ def test_restating_a_correction_confirms_it(org, scripted):
     correction.refresh_from_db()
     assert correction.superseded_at is None and correction.confirmation_count == 2
     assert MemoryFact.objects.live().count() == 1
+
+
+def test_deleting_a_fact_removes_its_text_from_run_output_and_cached_blocks(api, scripted):
+    """Deletion is for real: the text leaves the raw model output and the session's memory block too."""
+    from memoryapp.models import ExtractionRun
+
+    sid = api.post("/v1/sessions", {"user": "ann"}).json()["id"]
+    api.post(f"/v1/sessions/{sid}/turns", {"turns": [{"role": "user", "content": "I'm training for a marathon."}]})
+    secret = "The user is training for a marathon."
+    scripted.extract_answer = {"facts": [{"text": secret, "kind": "goal"}]}
+    api.post(f"/v1/sessions/{sid}/end")
+    extraction.extract_session(sid)
+    fact = MemoryFact.objects.get(text=secret)
+    later = AgentSession.objects.get(id=api.post("/v1/sessions", {"user": "ann"}).json()["id"])
+    assert secret in recall.recall(later, "marathon training plan").block
+
+    writing.delete_fact(fact, actor=FactEvent.Actor.USER)
+
+    assert not MemoryFact.objects.filter(id=fact.id).exists()
+    assert secret not in ExtractionRun.objects.get(session_id=sid).raw_output
+    later.refresh_from_db()
+    assert secret not in later.memory_block
+    assert [e.action for e in FactEvent.objects.filter(fact_id=fact.id)] == ["deleted"]
