@@ -314,6 +314,7 @@ _FOLD = {
     "singer": "artist",
     "group": "artist",
     "musician": "artist",
+    "called": "named",
 }
 PROFESSIONS = set(
     """accountant actor actress architect artist astronaut athlete attorney baker banker barber barista

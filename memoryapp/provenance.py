@@ -35,7 +35,8 @@ class Filters:
     @classmethod
     def from_query(cls, params):
         """Filters from a GET query dict; unknown choices are ignored rather than erroring."""
-        f = cls(**{k: (params.get(k) or "").strip()[:200] for k in cls.__dataclass_fields__})
+        # NUL can never match stored text and Postgres refuses it in a parameter: drop it.
+        f = cls(**{k: (params.get(k) or "").replace("\x00", "").strip()[:200] for k in cls.__dataclass_fields__})
         if f.kind not in Kind.values:
             f.kind = ""
         if f.state not in STATES:

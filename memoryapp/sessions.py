@@ -57,6 +57,8 @@ def authenticate_key(key):
 
 def find_user(org, external_id):
     """The person the agent calls `external_id` in `org`, or None."""
+    if not EXTERNAL_ID.match(external_id or ""):
+        return None  # no one can have this id (and Postgres would refuse a NUL in it)
     ident = ExternalIdentity.objects.select_related("user").filter(org=org, external_id=external_id).first()
     return ident.user if ident else None
 

@@ -437,6 +437,9 @@ def test_leaving_keeps_personal_memory_stops_org_recall_at_once_and_strips_ident
 # --- API keys --------------------------------------------------------------------------------------
 
 
+NEVER_USED = '<td data-label="Last used"><span class="muted">never</span></td>'
+
+
 def test_api_key_is_shown_once_named_revocable_and_last_use_is_visible(scripted, org, alice):
     c = client_for(alice)
     r = c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot"})
@@ -445,11 +448,11 @@ def test_api_key_is_shown_once_named_revocable_and_last_use_is_visible(scripted,
     api_key = ApiKey.objects.get(org=org)
     secret = first.split('id="id_new_key" type="text" readonly value="')[1].split('"')[0]
     assert secret.startswith(api_key.prefix) and "Support bot" in first
-    assert '<td><span class="muted">never</span></td>' in first
+    assert NEVER_USED in first
     assert sessions.authenticate_key(secret) == api_key
     second = c.get(f"/orgs/{org.slug}/keys/").content.decode()
     assert secret not in second and api_key.prefix in second
-    assert '<td><span class="muted">never</span></td>' not in second  # last use is shown now
+    assert NEVER_USED not in second  # last use is shown now
 
     api = Client()
     headers = {"Authorization": f"Bearer {secret}"}

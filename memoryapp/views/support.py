@@ -358,8 +358,8 @@ def review_judge(request, review_id):
 @staff_only
 @require_GET
 def access_log(request):
-    who = (request.GET.get("user") or "").strip()[:200]
-    staff_name = (request.GET.get("staff") or "").strip()[:150]
+    who = (request.GET.get("user") or "").replace("\x00", "").strip()[:200]
+    staff_name = (request.GET.get("staff") or "").replace("\x00", "").strip()[:150]
     rows = (
         SupportAccess.objects.select_related("user")
         .prefetch_related("user__external_ids__org")
