@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from memoryapp import clock, writing
 from memoryapp.models import (
@@ -60,8 +60,11 @@ def rules(now=None):
         if days is None:
             continue
         cutoff = now - timedelta(days=days)
-        # A confirmation (the person said it again, or restored it) restarts the clock.
-        never |= Q(scope=scope, last_recalled_at__isnull=True, created_at__lt=cutoff, last_confirmed_at__lt=cutoff)
+        # The seed's rule exactly; only a restore (someone vouched for the fact) restarts its clock.
+        restored = FactEvent.objects.filter(
+            fact_id=OuterRef("id"), action=FactEvent.Action.RESTORED, created_at__gte=cutoff
+        )
+        never |= Q(scope=scope, last_recalled_at__isnull=True, created_at__lt=cutoff) & ~Exists(restored)
     never &= ~Q(kind__in=TIMELESS_KINDS)
     return [Rule(STALE_GOAL, stale), Rule(NEVER_RECALLED, never)]
 
@@ -262,7 +265,8 @@ def restore_fact(fact, actor_user):
         if now > restore_deadline(locked):
             raise RestoreRefused("The grace period for restoring this fact is over.")
         rule = locked.expired_rule
-        # Restoring vouches for the fact: confirming it restarts both timers.
+        # Restoring vouches for the fact: it counts as a confirmation, and the never-recalled
+        # rule skips facts restored within its window (see rules()).
         MemoryFact.objects.filter(id=locked.id).update(expired_at=None, expired_rule="", last_confirmed_at=now)
         if actor_user.is_staff and actor_user.id != locked.user_id:
             actor = FactEvent.Actor.STAFF

@@ -36,6 +36,7 @@ def world(make_user, org):
     f["goal_recalled_stale"] = store(alice, "The user is training for a half marathon.", "goal")
     f["goal_reconfirmed"] = store(alice, "The user is writing a book about bees.", "goal")
     f["pref_never_recalled"] = store(alice, "The user likes answers with bullet points.", "preference")
+    f["pref_restated_never_recalled"] = store(alice, "The user writes Go at work.", "preference")
     f["pref_recalled"] = store(alice, "The user prefers metric units.", "preference")
     f["profile_never_recalled"] = store(alice, "The user is a backend engineer in Lisbon.", "profile")
     f["constraint_never_recalled"] = store(alice, "The user's code must run on Python 3.9.", "constraint")
@@ -53,6 +54,8 @@ def world(make_user, org):
     mark_recalled(f["pref_recalled"])
     clock.advance(45 * DAY)  # day 50
     assert store(alice, "The user is writing a book about bees.", "goal").id == f["goal_reconfirmed"].id
+    # Said again, but recall never chose it: the seed's rule still expires it.
+    assert store(alice, "The user writes Go at work.", "preference").id == f["pref_restated_never_recalled"].id
     f["pref_young"] = store(alice, "The user reads on an e-ink tablet.", "preference")
     f["goal_young"] = store(alice, "The user wants to visit Kyoto.", "goal")
     clock.advance(50 * DAY)  # day 100
@@ -63,6 +66,7 @@ EXPECTED = {
     "goal_stale": forgetting.STALE_GOAL,  # a goal: stale wins over never-recalled
     "goal_recalled_stale": forgetting.STALE_GOAL,
     "pref_never_recalled": forgetting.NEVER_RECALLED,
+    "pref_restated_never_recalled": forgetting.NEVER_RECALLED,
 }
 
 
@@ -80,7 +84,7 @@ def test_enforce_expires_exactly_the_facts_the_rules_name(world):
 
     expired = dict(MemoryFact.objects.filter(expired_at__isnull=False).values_list("id", "expired_rule"))
     assert expired == ids
-    assert run.matched == 3 and run.removed == 0
+    assert run.matched == 4 and run.removed == 0
     assert dict(run.entries.values_list("fact_id", "rule")) == ids
     assert all(run.entries.values_list("applied", flat=True))
     events = FactEvent.objects.filter(action=FactEvent.Action.EXPIRED)
@@ -105,7 +109,7 @@ def test_log_mode_records_what_would_expire_and_changes_nothing(world):
     assert FactEvent.objects.count() == events_before
     expected = {world[1][name].id: rule for name, rule in EXPECTED.items()}
     for r in (run, again):
-        assert r.mode == "log" and r.matched == 3
+        assert r.mode == "log" and r.matched == 4
         assert dict(r.entries.values_list("fact_id", "rule")) == expected
         assert not any(r.entries.values_list("applied", flat=True))
 
@@ -113,8 +117,8 @@ def test_log_mode_records_what_would_expire_and_changes_nothing(world):
 def test_running_twice_expires_each_fact_once(world):
     first = forgetting.run_forgetting(mode="enforce", batch=2)
     second = forgetting.run_forgetting(mode="enforce", batch=2)
-    assert first.matched == 3 and second.matched == 0
-    assert FactEvent.objects.filter(action=FactEvent.Action.EXPIRED).count() == 3
+    assert first.matched == 4 and second.matched == 0
+    assert FactEvent.objects.filter(action=FactEvent.Action.EXPIRED).count() == 4
 
 
 def test_batches_cover_every_fact_whatever_the_batch_size(world):
@@ -122,9 +126,9 @@ def test_batches_cover_every_fact_whatever_the_batch_size(world):
     seen = []
     run = forgetting.run_forgetting(mode="log", batch=1, progress=lambda *a: seen.append(a))
     assert set(run.entries.values_list("fact_id", flat=True)) == expected
-    # Only facts old enough for some rule are examined: the 11 from day 0/1, not the two from day 50.
-    assert run.examined == 10
-    assert seen[-1] == (10, 10, 3) and len(seen) == 10
+    # Only facts old enough for some rule are examined: those from day 0/1, not the two from day 50.
+    assert run.examined == 11
+    assert seen[-1] == (11, 11, 4) and len(seen) == 11
 
 
 def test_org_facts_follow_their_own_rules(world):
@@ -181,10 +185,10 @@ def test_after_the_grace_period_the_job_removes_them_for_real(world):
         forgetting.restore_fact(MemoryFact.objects.get(id=expired_ids[0]), alice)
 
     forgetting.run_forgetting(mode="log")  # log mode never deletes
-    assert MemoryFact.objects.filter(id__in=expired_ids).count() == 3
+    assert MemoryFact.objects.filter(id__in=expired_ids).count() == 4
     run = forgetting.run_forgetting(mode="enforce")
 
-    assert run.removed == 3
+    assert run.removed == 4
     assert not MemoryFact.objects.filter(id__in=expired_ids).exists()
     # Only a deletion event remains for each: the trail says that it happened, not what it said.
     for fid in expired_ids:
@@ -205,17 +209,17 @@ def test_forget_command_shows_progress_and_a_summary(world):
     call_command("forget", "--batch", "3", stdout=out)
     text = out.getvalue()
     assert "mode log" in text
-    assert "3/10 facts examined" in text and "10/10 facts examined (100%)" in text
-    assert "3 would have expired (log mode: nothing changed)" in text
-    assert "stale_goal: 2" in text and "never_recalled: 1" in text
+    assert "3/11 facts examined" in text and "11/11 facts examined (100%)" in text
+    assert "4 would have expired (log mode: nothing changed)" in text
+    assert "stale_goal: 2" in text and "never_recalled: 2" in text
     assert "peak memory" in text
     assert not MemoryFact.objects.filter(expired_at__isnull=False).exists()
 
     out = StringIO()
     call_command("forget", "--mode", "enforce", stdout=out)
-    assert "3 expired" in out.getvalue()
-    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 3
-    assert ForgettingRun.objects.count() == 2 and ForgettingEntry.objects.filter(applied=True).count() == 3
+    assert "4 expired" in out.getvalue()
+    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 4
+    assert ForgettingRun.objects.count() == 2 and ForgettingEntry.objects.filter(applied=True).count() == 4
 
 
 def test_the_nightly_tasks_call_the_job(world, settings):
@@ -224,5 +228,5 @@ def test_the_nightly_tasks_call_the_job(world, settings):
     settings.MEMORY = {**settings.MEMORY, "FORGETTING_MODE": "enforce"}
     run_id = tasks.forget()
     assert ForgettingRun.objects.get(id=run_id).mode == "enforce"
-    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 3
+    assert MemoryFact.objects.filter(expired_at__isnull=False).count() == 4
     assert tasks.apply_retention() == 0  # no turns in this fixture
