@@ -7,6 +7,7 @@ from typing import Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -104,6 +105,21 @@ def _body_too_big(request, exc):
 @api.exception_handler(Http404)
 def _not_found(request, exc):
     return error_response(request, 404, "not_found", "Not found.")
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_unavailable(request, exc):
+    # The database went away (restart, failover, dropped connection). Each write is one transaction,
+    # so nothing was half-stored; the caller can safely retry the same request.
+    log.warning("database unavailable for %s %s: %s", request.method, request.path, exc)
+    return error_response(
+        request,
+        503,
+        "unavailable",
+        "The database is unavailable; nothing from this request was stored. Retry shortly.",
+        headers={"Retry-After": "5"},
+    )
 
 
 @api.exception_handler(Exception)
@@ -274,7 +290,10 @@ def _clean_content(content, index):
 
 # --- sessions -----------------------------------------------------------------
 
-ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut}
+ERRORS = {
+    **{code: ErrorOut for code in (400, 401, 404, 409, 413, 422, 429)},
+    503: ErrorOut,  # the database is unavailable: nothing was stored, retry
+}
 
 
 @api.post("/v1/sessions", response={201: SessionOut, **ERRORS}, tags=["sessions"])

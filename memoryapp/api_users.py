@@ -15,7 +15,7 @@ def _errors():
     """Error responses for the OpenAPI spec (imported late: memoryapp.api imports this module)."""
     from memoryapp.api import ErrorOut
 
-    return {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+    return {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
 
 
 # --- portal links (account pages) -------------------------------------------------

@@ -3,6 +3,7 @@
 Deterministic by design, and labelled `offline` in provenance so nobody mistakes it for the model.
 """
 
+import functools
 import re
 
 from memoryapp import validation
@@ -424,11 +425,20 @@ def _attributes(text):
 DUPLICATE_SIMILARITY = 0.8
 
 
-def _similarity(a, b):
+@functools.lru_cache(maxsize=4096)
+def _vector(text, model_name):
     from memoryapp import embeddings
 
-    va, vb = embeddings.embed_many([a, b])
-    return float(va @ vb)
+    return embeddings.embed(text)
+
+
+def _similarity(a, b):
+    # Cached per text: one verdict call compares the same new fact with up to five stored ones,
+    # and a worker sees the same stored facts again and again.
+    from memoryapp import embeddings
+
+    name = embeddings.model_name()
+    return float(_vector(a, name) @ _vector(b, name))
 
 
 def _different_details(only_a, only_b):

@@ -196,6 +196,17 @@ def check_target(base, target):
             raise RuntimeError(f"{path} did not answer 200 with its content (status {r.status}, url {r.geturl()})")
 
 
+def drain(base):
+    """Wait until requests still queued from the last run are served (sync workers, one at a time).
+
+    A load generator stops with up to `clients` requests in gunicorn's backlog; without this the
+    next page's run would start behind them and be charged for their time.
+    """
+    for _ in range(2):  # one request per worker, each queued behind whatever is left
+        with urllib.request.urlopen(base + reverse("healthz"), timeout=600) as r:
+            r.read()
+
+
 def load(base, target, clients, seconds, tool):
     """Run the load generator in its own process; requests/s and latency percentiles in seconds."""
     path, method, body, headers, _ = target

@@ -5,9 +5,13 @@ import time
 from django.core.cache import cache
 
 
+def _now():
+    return int(time.time())
+
+
 def hit(bucket, limit, window=60):
     """Count one request in `bucket`; returns (allowed, seconds until the window resets)."""
-    now = int(time.time())
+    now = _now()
     start = now - now % window
     key = f"rl:{bucket}:{start}"
     # add() is atomic: only the first request of a window creates the counter.

@@ -209,7 +209,8 @@ MEMORY = {
         "org": None,  # org facts are curated by admins
     },
     "PORTAL_LINK_MINUTES": env_int("MEMORY_PORTAL_LINK_MINUTES", 10),
-    "EXTRACTION_MAX_ATTEMPTS": env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 6),
+    # Backoff doubles from 1 minute up to 60: 10 attempts ride out a model outage of about 4 hours.
+    "EXTRACTION_MAX_ATTEMPTS": env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 10),
     "API_RATE_PER_MINUTE": env_int("MEMORY_API_RATE_PER_MINUTE", 600),
     "LOGIN_RATE_PER_MINUTE": env_int("MEMORY_LOGIN_RATE_PER_MINUTE", 10),
     "POISON_PROBES": [p for p in env("MEMORY_POISON_PROBES", "").split("|") if p],

@@ -33,11 +33,13 @@ class Command(BaseCommand):
             for target in seeded.targets.values():
                 pb.check_target(server.base, target)
                 pb.load(server.base, target, 1, 1, tool)  # warm the workers and their connections
+                pb.drain(server.base)
             for clients in levels:
                 ceiling = None
                 for name, target in seeded.targets.items():
                     err.write(f"{name}: {clients} client(s) for {o['seconds']} s…")
                     result = pb.load(server.base, target, clients, o["seconds"], tool)
+                    pb.drain(server.base)
                     if ceiling is None:
                         ceiling = result["rps"]
                     runs.append(
