@@ -130,23 +130,29 @@ def _expire_pass(run, mode, batch, progress, now, scan_cutoff):
     candidates = MemoryFact.objects.live().filter(created_at__lt=scan_cutoff)
     total = candidates.count()
     active_rules = rules(now)
-    cursor = None
-    while True:
-        page = candidates
-        if cursor is not None:
-            page = page.filter(Q(created_at__gt=cursor[0]) | Q(created_at=cursor[0], id__gt=cursor[1]))
-        keys = list(page.order_by("created_at", "id").values_list("created_at", "id")[:batch])
-        if not keys:
-            break
-        cursor = keys[-1]
+    for ids in _keyset_batches(candidates, batch):
         with transaction.atomic():
-            run.matched += _apply_rules(run, mode, [k[1] for k in keys], active_rules, now)
-        run.examined += len(keys)
+            run.matched += _apply_rules(run, mode, ids, active_rules, now)
+        run.examined += len(ids)
         ForgettingRun.objects.filter(id=run.id).update(examined=run.examined, matched=run.matched)
         if progress is not None:
             progress(run.examined, total, run.matched)
-        if len(keys) < batch:
-            break
+
+
+def _keyset_batches(queryset, size):
+    """Ids of `queryset` in (created_at, id) order, `size` at a time: no OFFSET, memory flat."""
+    cursor = None
+    while True:
+        page = queryset
+        if cursor is not None:
+            page = page.filter(Q(created_at__gt=cursor[0]) | Q(created_at=cursor[0], id__gt=cursor[1]))
+        keys = list(page.order_by("created_at", "id").values_list("created_at", "id")[:size])
+        if not keys:
+            return
+        cursor = keys[-1]
+        yield [k[1] for k in keys]
+        if len(keys) < size:
+            return
 
 
 def _apply_rules(run, mode, ids, active_rules, now):
@@ -207,6 +213,7 @@ def purge_expired(now=None, batch=None):
                 break
             last_id = rows[-1][0]
             ids = [r[0] for r in rows]
+            writing.scrub_copies(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
             FactEvent.objects.filter(fact_id__in=ids).delete()
             MemoryFact.objects.filter(id__in=ids).delete()
             FactEvent.objects.bulk_create(
@@ -312,23 +319,12 @@ def apply_retention(now=None, batch=None):
         return 0
     try:
         deleted = 0
-        cursor = None
-        old = Turn.objects.filter(created_at__lt=cutoff)
-        while True:
-            page = old
-            if cursor is not None:
-                page = page.filter(Q(created_at__gt=cursor[0]) | Q(created_at=cursor[0], id__gt=cursor[1]))
-            keys = list(page.order_by("created_at", "id").values_list("created_at", "id")[:batch])
-            if not keys:
-                break
-            cursor = keys[-1]
+        for ids in _keyset_batches(Turn.objects.filter(created_at__lt=cutoff), batch):
             with transaction.atomic(), connection.cursor() as cur:
                 # Extraction still pending for a session needs its turns; a live fact keeps its sources.
-                cur.execute(_UNNEEDED_TURNS, [[k[1] for k in keys]])
+                cur.execute(_UNNEEDED_TURNS, [ids])
                 doomed = [row[0] for row in cur.fetchall()]
                 deleted += Turn.objects.filter(id__in=doomed).delete()[0]
-            if len(keys) < batch:
-                break
         return deleted
     finally:
         _unlock(RETENTION_LOCK)

@@ -271,7 +271,7 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
             frontier = list(MemoryFact.objects.filter(superseded_by_id__in=frontier).values_list("id", flat=True))
             ids.extend(frontier)
         doomed = list(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
-        _scrub(doomed)
+        scrub_copies(doomed)
         FactEvent.objects.filter(fact_id__in=ids).delete()
         MemoryFact.objects.filter(id__in=ids).delete()
         FactEvent.objects.create(
@@ -286,7 +286,7 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
         return len(ids)
 
 
-def _scrub(facts):
+def scrub_copies(facts):
     """Remove deleted facts' text from the places that copied it: raw model output and memory blocks."""
     for row in facts:
         text = row["text"]
