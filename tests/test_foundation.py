@@ -22,6 +22,7 @@ PY = sys.executable
 
 def run_manage(*args, env=None, timeout=120):
     full_env = {**os.environ, **(env or {})}
+    full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set by the browser fixture for its own thread
     return subprocess.run(
         [PY, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
     )
