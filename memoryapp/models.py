@@ -4,6 +4,7 @@ import uuid
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
@@ -275,6 +276,10 @@ class MemoryFact(models.Model):
     # Dimension-less so each backend stores its own size; embedding_model says which.
     embedding = VectorField(null=True, blank=True)
     embedding_model = models.CharField(max_length=80)
+    # Full-text side of hybrid recall; computed by PostgreSQL from the text, never written by us.
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", config="english"), output_field=SearchVectorField(), db_persist=True
+    )
     origin = models.CharField(max_length=12, choices=Origin.choices, default=Origin.EXTRACTED)
     added_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     source_session = models.ForeignKey(

@@ -377,8 +377,22 @@ def load(config, data, progress):
 # --- exact reference ---------------------------------------------------------------------
 
 
-def expected_selection(data, user_index, vector):
-    """What recall must pick for one user, by brute force in numpy: (always ids, relevant ids by score)."""
+def _word_ranks(fact_ids, message):
+    """Full-text rank of each of these facts that shares a word with the message (a plain scan)."""
+    words = recall.message_words(message)
+    if not words or not fact_ids:
+        return {}
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "SELECT id, ts_rank_cd(search_vector, q) FROM memoryapp_memoryfact, to_tsquery('english', %s) q"
+            " WHERE id = ANY(%s::uuid[]) AND search_vector @@ q",
+            [words, [uuid.UUID(bytes=b) for b in fact_ids]],
+        )
+        return {row[0].bytes: row[1] for row in cur.fetchall()}
+
+
+def expected_selection(data, user_index, vector, message):
+    """What recall must pick for one user, by brute force: numpy cosine and a plain full-text scan, fused."""
     memory = settings.MEMORY
     cap = memory["RECALL_CAP"]
     sl = data.user_slice(user_index)
@@ -398,8 +412,15 @@ def expected_selection(data, user_index, vector):
         (i for i in range(len(ids)) if live[i] and i not in taken and 1 - sims[i] <= 1 - floor),
         key=lambda i: (-sims[i], ids[i]),
     )
+    # Tier 2 is hybrid: fuse the cosine ranking with the full-text ranking by reciprocal rank.
+    word_rank = _word_ranks([ids[i] for i in range(len(ids)) if live[i] and i not in taken], message)
+    by_words = sorted((i for i in range(len(ids)) if ids[i] in word_rank), key=lambda i: (-word_rank[ids[i]], ids[i]))
+    fused = {}
+    for ranking in (rest, by_words):
+        for r, i in enumerate(ranking, start=1):
+            fused[i] = fused.get(i, 0.0) + 1.0 / (recall.RRF_K + r)
     limit = min(cap, memory["TIER2_LIMIT"], cap - len(always))
-    relevant = rest[:limit]
+    relevant = sorted(fused, key=lambda i: (-fused[i], ids[i]))[:limit]
     boundary = [sims[i] for i in rest[limit - 1 : limit + 1]] if limit > 0 else []
     near_tie = len(boundary) == 2 and abs(boundary[0] - boundary[1]) < TIE
     near_floor = any(abs(sims[i] - floor) < TIE for i in range(len(ids)) if live[i])
@@ -466,7 +487,7 @@ def measure_recall(config, data, progress):
         sizes.append(len(r_db.facts))
         chars.append(len(r_db.block))
         org_shown += sum(1 for s in r_db.facts if s.tier == "org")
-        expected = expected_selection(data, int(user_picks[i]), vectors[i])
+        expected = expected_selection(data, int(user_picks[i]), vectors[i], texts[i])
         for result in (r_full, r_db):
             checked += 1
             if agrees(result, expected):

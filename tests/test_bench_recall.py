@@ -79,6 +79,7 @@ def test_the_exact_reference_is_the_documented_selection():
         users=1,
         per_user=4,
     )
-    always, relevant, tie = recallbench.expected_selection(data, 0, np.array([0, 0, 1, 1], dtype=np.float32) / 2**0.5)
+    message = np.array([0, 0, 1, 1], dtype=np.float32) / 2**0.5
+    always, relevant, tie = recallbench.expected_selection(data, 0, message, "")
     assert [a.bytes for a in always] == [bytes(data.ids[1]), bytes(data.ids[0])]
     assert [r.bytes for r in relevant] == [bytes(data.ids[2])] and not tie

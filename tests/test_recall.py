@@ -376,3 +376,21 @@ def test_bad_recall_input_is_a_clear_4xx(api, payload, status):
         assert error["message"]
     assert _error(api.post("/v1/recall", raw="{not json"), 400)["code"] == "malformed_json"
     assert _error(api.get("/v1/sessions/not-a-uuid/recall"), 422)["message"]
+
+
+def test_tier_two_is_hybrid_a_shared_word_recalls_a_fact_the_vectors_miss(org, settings):
+    """Full-text rank is fused with cosine rank: with the vector side shut off by an impossible floor,
+    a fact sharing a word with the message is still recalled, and an unrelated one is not."""
+    settings.MEMORY = {**settings.MEMORY, "RECALL_FLOOR": "0.999"}
+    alice = _user(org)
+    gardening = _fact(alice, "The user grows tomatoes on an allotment.", "preference")
+    _fact(alice, "The user prefers dark mode in every editor.", "preference")
+    chosen = recall.select(alice, "When should I plant my tomatoes this year?")
+    assert [s.fact.id for s in chosen] == [gardening.id]
+    assert chosen[0].tier == "relevant" and chosen[0].score < 0.999
+    assert recall.select(alice, "What is a monad?") == []
+
+
+def test_message_words_cannot_inject_tsquery_syntax():
+    assert recall.message_words("a & b | !c <-> d:* 'x' (tomatoes)") == "tomatoes"
+    assert recall.message_words("") == ""
