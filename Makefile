@@ -27,7 +27,6 @@ run: install
 	scripts/run
 
 test: install browser
-	$(BIN)/python manage.py migrate --noinput >/dev/null
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: install

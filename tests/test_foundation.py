@@ -164,7 +164,9 @@ def test_two_commands_starting_at_once_share_one_embedded_server():
         postmasters = [
             p
             for p in psutil.process_iter(["name", "cmdline"])
-            if p.info["name"] == "postgres" and p.info["cmdline"] and "-D" in p.info["cmdline"]
+            if p.info["name"] == "postgres"
+            and p.info["cmdline"]
+            and "-D" in p.info["cmdline"]
             and str(Path(data_dir) / "pg") in " ".join(p.info["cmdline"])
         ]
         assert len(postmasters) == 1
