@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -98,3 +99,16 @@ class Progress:
 def rate(count, seconds):
     """Count per second, rounded for tables."""
     return round(count / seconds, 2) if seconds > 0 else None
+
+
+def stop_processes(procs, timeout=20):
+    """Terminate child processes, wait for them, and kill any that outlive `timeout` seconds."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -213,9 +213,7 @@ def purge_expired(now=None, batch=None):
                 break
             last_id = rows[-1][0]
             ids = [r[0] for r in rows]
-            writing.scrub_copies(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
-            FactEvent.objects.filter(fact_id__in=ids).delete()
-            MemoryFact.objects.filter(id__in=ids).delete()
+            writing.remove_facts(ids)
             FactEvent.objects.bulk_create(
                 FactEvent(
                     fact_id=fid,
@@ -281,15 +279,12 @@ def restore_fact(fact, actor_user):
             actor = FactEvent.Actor.ORG_ADMIN
         else:
             actor = FactEvent.Actor.USER
-        FactEvent.objects.create(
-            fact_id=locked.id,
-            user_id=locked.user_id,
-            org_id=locked.org_id,
-            action=FactEvent.Action.RESTORED,
-            actor=actor,
+        writing.record_event(
+            locked,
+            FactEvent.Action.RESTORED,
+            actor,
             actor_user=actor_user,
             reason=f"restored after {rule}" if rule else "restored",
-            created_at=now,
         )
     fact.refresh_from_db()
     return fact

@@ -24,6 +24,7 @@ from django.db.models import Count
 from django.db.models.functions import Lower
 
 from memoryapp import erasure, sessions
+from memoryapp.benchmarks import stop_processes
 from memoryapp.models import AgentSession, ExternalIdentity, ExtractionRun, MemoryFact, Organization
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -87,15 +88,7 @@ class _Processes:
         return all(p.poll() is None for p in self.procs)
 
     def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 def _agent(base_url, key, user, n_sessions, index, timings, errors):

@@ -175,12 +175,7 @@ class Gunicorn:
         raise RuntimeError(f"gunicorn did not answer within {timeout} s; see {self.log.name}")
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        benchmarks.stop_processes([self.proc], timeout=30)
         self.log.close()
 
 

@@ -136,14 +136,7 @@ def celery_workers(count, broker_url, queue):
                 raise RuntimeError(f"Celery workers did not answer a ping within 120 s; see {log.name}")
         yield procs
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        benchmarks.stop_processes(procs)
         log.close()
         try:
             import redis

@@ -58,7 +58,8 @@ def memory_allowed(session):
     return session.memory == AgentSession.Memory.ON and memory_enabled(session.user)
 
 
-def _event(fact, action, actor, *, actor_user=None, session=None, related=None, reason=""):
+def record_event(fact, action, actor, *, actor_user=None, session=None, related=None, reason=""):
+    """Append one entry to the fact's audit trail."""
     return FactEvent.objects.create(
         fact_id=fact.id,
         user_id=fact.user_id,
@@ -142,7 +143,9 @@ def store_fact(
                 last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
             )
             duplicate.refresh_from_db()
-            _event(duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session)
+            record_event(
+                duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session
+            )
             result.outcome, result.fact = "confirmed", duplicate
             return result
 
@@ -175,7 +178,7 @@ def store_fact(
             created_at=now,
             last_confirmed_at=now,
         )
-        _event(fact, FactEvent.Action.CREATED, _actor_for(origin), actor_user=added_by, session=session)
+        record_event(fact, FactEvent.Action.CREATED, _actor_for(origin), actor_user=added_by, session=session)
         for old in contradicted:
             supersede(old, fact, reason="contradicts", actor=_actor_for(origin), actor_user=added_by, session=session)
         result.fact, result.superseded = fact, contradicted
@@ -198,7 +201,7 @@ def supersede(old, new, *, reason, actor, actor_user=None, session=None):
         superseded_at=now, superseded_by=new, supersede_reason=reason
     )
     if updated:
-        _event(
+        record_event(
             old, FactEvent.Action.SUPERSEDED, actor, actor_user=actor_user, session=session, related=new, reason=reason
         )
     return bool(updated)
@@ -237,7 +240,7 @@ def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER)
             confirmation_count=1,
         )
         actor = _actor_for(origin)
-        _event(new, FactEvent.Action.CORRECTED, actor, actor_user=actor_user, related=fact, reason="correction")
+        record_event(new, FactEvent.Action.CORRECTED, actor, actor_user=actor_user, related=fact, reason="correction")
         supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user)
         return new
 
@@ -270,10 +273,7 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
         while frontier:
             frontier = list(MemoryFact.objects.filter(superseded_by_id__in=frontier).values_list("id", flat=True))
             ids.extend(frontier)
-        doomed = list(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
-        scrub_copies(doomed)
-        FactEvent.objects.filter(fact_id__in=ids).delete()
-        MemoryFact.objects.filter(id__in=ids).delete()
+        remove_facts(ids)
         FactEvent.objects.create(
             fact_id=fact.id,
             user_id=fact.user_id,
@@ -284,6 +284,13 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
             reason=reason[:300],
         )
         return len(ids)
+
+
+def remove_facts(ids):
+    """Delete these facts for good: the rows, their audit trail and the copies of their text."""
+    scrub_copies(MemoryFact.objects.filter(id__in=ids).values("text", "user_id", "extraction_run_id"))
+    FactEvent.objects.filter(fact_id__in=ids).delete()
+    MemoryFact.objects.filter(id__in=ids).delete()
 
 
 def scrub_copies(facts):

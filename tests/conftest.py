@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from memoryapp import clock, extraction, sessions
+from memoryapp.benchmarks import stop_processes
 from memoryapp.models import Membership, Organization
 
 
@@ -248,14 +249,7 @@ def _celery_worker_pool(django_db_setup, django_db_blocker, celery_queue_name):
         return procs
 
     yield start
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes(procs, timeout=15)
     if procs:
         redis.Redis.from_url(REDIS_TEST_URL).delete(celery_queue_name)
 

@@ -24,6 +24,7 @@ from django.db import connection
 from django.test import Client
 
 from memoryapp import clock, extraction, llm, sessions
+from memoryapp.benchmarks import stop_processes
 from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, Organization, Turn
 from tests.conftest import (
     BASE_DIR,
@@ -206,15 +207,7 @@ def own_workers(transactional_db):
 
     start.queue, start.options = tag, options
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes(procs, timeout=15)
     import redis
 
     client = redis.Redis.from_url(REDIS_TEST_URL)
