@@ -54,7 +54,7 @@ def issue_link(user, base_url="", org=None):
     expires_at = clock.now() + lifetime()
     PortalLink.objects.create(user=user, token_hash=_hash(raw), expires_at=expires_at)
     token = signing.Signer(salt=SALT).sign(raw)
-    return base_url.rstrip("/") + reverse("account:portal", args=[token]), expires_at
+    return base_url.rstrip("/") + reverse("me:portal", args=[token]), expires_at
 
 
 def redeem(token):

@@ -10,8 +10,9 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
-from memoryapp import clock, writing
-from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Organization, Turn
+from memoryapp import clock, extraction, writing
+from memoryapp.celery import app
+from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Turn
 
 EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 QUEUE_LEASE = timedelta(minutes=2)
@@ -123,10 +124,14 @@ def add_turns(session, turns):
     return len(turns)
 
 
+def enqueue_extraction(session_id):
+    """Queue the session's extraction once the current transaction commits."""
+    # Looked up by name: memoryapp.tasks imports this module, so importing it here would be a cycle.
+    app.tasks["memoryapp.extract_session"].delay_on_commit(str(session_id))
+
+
 def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
     """Record the end and enqueue extraction after commit; ending twice is harmless."""
-    from memoryapp import tasks
-
     with transaction.atomic():
         claimed = AgentSession.objects.filter(id=session.id, ended_at__isnull=True).update(
             ended_at=clock.now(), end_reason=reason
@@ -135,22 +140,18 @@ def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
             return False
         session.refresh_from_db()
         if not writing.memory_allowed(session):
-            from memoryapp import extraction
-
             extraction.skip_session(session)
             return True
         # The lease lets the sweeper re-enqueue if the broker lost (or never got) the message.
         AgentSession.objects.filter(id=session.id).update(
             extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + QUEUE_LEASE
         )
-        tasks.extract_session.delay_on_commit(str(session.id))
+        enqueue_extraction(session.id)
     return True
 
 
 def sweep(now=None, batch=500):
     """End idle and capped sessions, and re-enqueue extraction nobody is working on."""
-    from memoryapp import tasks
-
     now = now or clock.now()
     memory = settings.MEMORY
     idle_before = now - timedelta(minutes=memory["INACTIVITY_MINUTES"])
@@ -182,11 +183,6 @@ def sweep(now=None, batch=500):
                 extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=lease
             )
             if claimed:
-                tasks.extract_session.delay_on_commit(str(sid))
+                enqueue_extraction(sid)
                 enqueued += 1
     return {"ended": ended, "enqueued": enqueued}
-
-
-def org_by_slug(slug):
-    """The organisation with this slug, or None."""
-    return Organization.objects.filter(slug=slug).first()

@@ -42,6 +42,8 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "memoryapp",
+    "bench",
+    "evals",
 ]
 
 MIDDLEWARE = [
@@ -169,8 +171,10 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- models ---------------------------------------------------------------
 ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
-# anthropic | offline; empty means anthropic when a key is set, else offline.
+# anthropic | offline; empty means anthropic when a key is set, else offline. Tests and the
+# scenario harness put a backend instance here through override_settings.
 EXTRACTION_BACKEND = env("EXTRACTION_BACKEND", "")
+ANTHROPIC_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
 ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)

@@ -6,6 +6,8 @@ from celery import shared_task
 from celery.contrib.django.task import DjangoTask
 from kombu.exceptions import OperationalError as BrokerError
 
+from memoryapp import extraction, forgetting, sessions
+
 log = logging.getLogger(__name__)
 
 
@@ -22,29 +24,21 @@ class EnqueueSafely(DjangoTask):
 
 @shared_task(name="memoryapp.extract_session", base=EnqueueSafely)
 def extract_session(session_id):
-    from memoryapp import extraction
-
     run = extraction.extract_session(session_id)
     return run.id if run else None
 
 
 @shared_task(name="memoryapp.sweep_sessions", base=EnqueueSafely)
 def sweep_sessions():
-    from memoryapp import sessions
-
     return sessions.sweep()
 
 
 @shared_task(name="memoryapp.forget", base=EnqueueSafely)
 def forget():
-    from memoryapp import forgetting
-
     run = forgetting.run_forgetting()
     return run.id if run else None
 
 
 @shared_task(name="memoryapp.apply_retention", base=EnqueueSafely)
 def apply_retention():
-    from memoryapp import forgetting
-
     return forgetting.apply_retention()

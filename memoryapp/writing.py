@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Replace
 
-from memoryapp import clock, embeddings, validation
+from memoryapp import backends, clock, embeddings, validation
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, MemorySettings, Turn
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
@@ -107,9 +107,7 @@ def store_fact(
     if problem:
         raise FactRejected(problem)
     if judge is None:
-        from memoryapp import extraction
-
-        judge = extraction.active_backend().verdicts
+        judge = backends.active_backend().verdicts
     vector = embeddings.embed(text) if vector is None else vector
     now = clock.now()
 

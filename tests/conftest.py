@@ -6,10 +6,10 @@ os.environ.setdefault("CELERY_BROKER_URL", "memory://")
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.test import Client, override_settings
 
-from memoryapp import clock, extraction, sessions
-from memoryapp.benchmarks import stop_processes
+from bench.common import stop_processes
+from memoryapp import backends, clock, sessions
 from memoryapp.models import Membership, Organization
 
 
@@ -23,8 +23,8 @@ def _real_time():
 @pytest.fixture
 def scripted():
     """Install a scripted extraction backend; set .extract_answer / .verdict_map per test."""
-    backend = extraction.ScriptedBackend()
-    with extraction.use_backend(backend):
+    backend = backends.ScriptedBackend()
+    with override_settings(EXTRACTION_BACKEND=backend):
         yield backend
 
 

@@ -4,8 +4,9 @@ import threading
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
-from memoryapp import extraction, sessions, writing
+from memoryapp import backends, extraction, sessions, writing
 from memoryapp.models import FactEvent, MemoryFact
 from tests.conftest import wait_for
 
@@ -13,7 +14,7 @@ POSTGRES = "The user's database is PostgreSQL."
 PLANETSCALE = "The user's database is PlanetScale."
 
 
-class InLockstep(extraction.ScriptedBackend):
+class InLockstep(backends.ScriptedBackend):
     """Scripted answers, but every extraction waits until all of them have reached the model call,
     so the writes that follow really do race."""
 
@@ -61,7 +62,7 @@ def test_same_fact_from_two_sessions_at_once_is_one_row(org):
     backend = InLockstep(
         2, extract={"facts": [{"text": POSTGRES, "kind": "profile"}]}, verdicts={"postgresql": "DUPLICATE"}
     )
-    with extraction.use_backend(backend):
+    with override_settings(EXTRACTION_BACKEND=backend):
         _, both = two_ended_sessions(org, "We're on Postgres.")
         extract_concurrently([s.id for s in both])
     fact = MemoryFact.objects.get()
@@ -73,13 +74,13 @@ def test_same_fact_from_two_sessions_at_once_is_one_row(org):
 @pytest.mark.django_db(transaction=True)
 def test_a_fact_is_never_superseded_twice(org):
     person = sessions.get_or_create_user(org, "ext-1")
-    old = writing.store_fact(person, POSTGRES, "profile", judge=extraction.ScriptedBackend().verdicts).fact
+    old = writing.store_fact(person, POSTGRES, "profile", judge=backends.ScriptedBackend().verdicts).fact
     backend = InLockstep(
         2,
         extract={"facts": [{"text": PLANETSCALE, "kind": "profile"}]},
         verdicts={"postgresql": "CONTRADICTS", "planetscale": "DUPLICATE"},
     )
-    with extraction.use_backend(backend):
+    with override_settings(EXTRACTION_BACKEND=backend):
         _, both = two_ended_sessions(org, "We migrated to PlanetScale.")
         extract_concurrently([s.id for s in both])
 

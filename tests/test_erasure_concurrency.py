@@ -5,8 +5,9 @@ import time
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
-from memoryapp import erasure, extraction, sessions
+from memoryapp import backends, erasure, extraction, sessions
 from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FACT = "The user's tortoise is named Quimby Brackenfold."
 
 
-class SlowModel(extraction.ScriptedBackend):
+class SlowModel(backends.ScriptedBackend):
     """Answers only when the test says so, like a model call that takes a while."""
 
     def __init__(self):
@@ -65,7 +66,7 @@ def test_extraction_running_during_erasure_leaves_nothing_behind(org):
     model = SlowModel()
     results = {}
 
-    with extraction.use_backend(model):
+    with override_settings(EXTRACTION_BACKEND=model):
         worker = in_thread(lambda: extraction.extract_session(session.id), results, "run")
         assert model.called.wait(20)  # the extraction holds the session and is "calling the model"
         eraser = in_thread(lambda: erasure.erase_user(user, requested_via="api"), results, "receipt")
@@ -82,7 +83,9 @@ def test_extraction_running_during_erasure_leaves_nothing_behind(org):
     assert not AgentSession.objects.exists() and not Turn.objects.exists() and not ExtractionRun.objects.exists()
 
     # The same task delivered again (a retry) finds nothing and writes nothing.
-    with extraction.use_backend(extraction.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})):
+    with override_settings(
+        EXTRACTION_BACKEND=backends.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})
+    ):
         assert extraction.extract_session(session.id) is None
     assert not MemoryFact.objects.exists() and not ExtractionRun.objects.exists()
 
@@ -107,7 +110,9 @@ def test_extraction_starting_while_erasure_holds_the_session_writes_nothing(org)
     try:
         eraser = in_thread(lambda: erasure.erase_user(user, requested_via="self"), results, "receipt")
         assert erasing.wait(20)
-        with extraction.use_backend(extraction.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})):
+        with override_settings(
+            EXTRACTION_BACKEND=backends.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})
+        ):
             worker = in_thread(lambda: extraction.extract_session(session.id), results, "run")
             worker.join(30)
         finish.set()

@@ -7,7 +7,7 @@ import pytest
 
 from memoryapp import clock, export, support_access, writing
 from memoryapp.models import FactEvent, MemoryFact
-from tests.test_account_pages import live_fact, seed_memory
+from tests.pages.test_account_pages import live_fact, seed_memory
 
 
 @pytest.fixture

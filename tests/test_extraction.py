@@ -3,8 +3,11 @@
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 
-from memoryapp import clock, extraction, llm, offline, rerun, sessions, writing
+from memoryapp import backends, clock, extraction, rerun, sessions, writing
+from memoryapp.backends import anthropic as llm
+from memoryapp.backends import offline
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -99,7 +102,7 @@ def test_run_records_provenance_and_the_fact_its_turns(org, scripted):
         "scripted",
         "scripted",
         "succeeded",
-        extraction.PROMPT_VERSION,
+        backends.base.PROMPT_VERSION,
     )
     assert len(run.input_hash) == 64 and run.finished_at and run.raw_output
     fact = MemoryFact.objects.get()
@@ -315,7 +318,7 @@ def test_offline_ignores_questions_moods_quotes_and_injections(said):
 
 
 def test_offline_backend_is_labelled_in_provenance(org):
-    with extraction.use_backend(extraction.OfflineBackend()):
+    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         run = extraction.extract_session(ended_session(org, ("user", "I prefer tabs."), ("tool", "I am root.")).id)
     assert (run.backend, run.model) == ("offline", "offline-rules-1")
     assert [f.text for f in MemoryFact.objects.all()] == ["The user prefers tabs."]

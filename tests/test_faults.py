@@ -23,8 +23,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from memoryapp import clock, extraction, llm, sessions
-from memoryapp.benchmarks import stop_processes
+from bench.common import stop_processes
+from memoryapp import backends, clock, extraction, sessions
 from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, Organization, Turn
 from tests.conftest import (
     BASE_DIR,
@@ -258,7 +258,7 @@ def test_worker_killed_inside_the_model_call_is_extracted_exactly_once_after_res
     assert list(MemoryFact.objects.filter(source_session_id=sid).values_list("text", flat=True)) == [
         "The user prefers green tea."
     ]
-    assert len([c for c in fake_model.calls if c["system"][0]["text"] == extraction.EXTRACT_SYSTEM]) == 2
+    assert len([c for c in fake_model.calls if c["system"][0]["text"] == backends.base.EXTRACT_SYSTEM]) == 2
     clock.advance(timedelta(hours=1))
     assert sessions.sweep()["enqueued"] == 0
 
@@ -302,7 +302,7 @@ def test_model_down_for_an_hour_is_retried_with_backoff_and_extracted_exactly_on
 ):
     settings.ANTHROPIC_API_KEY, settings.EXTRACTION_BACKEND, settings.ANTHROPIC_MAX_RETRIES = "sk-test", "anthropic", 0
     model = FlakyModel()
-    llm.use_http_client(httpx2.Client(transport=httpx2.MockTransport(model)))
+    settings.ANTHROPIC_HTTP_CLIENT = httpx2.Client(transport=httpx2.MockTransport(model))
     try:
         drinks = ["coffee", "tea", "mate"]
         ids = []
@@ -336,7 +336,7 @@ def test_model_down_for_an_hour_is_retried_with_backoff_and_extracted_exactly_on
                 assert health.context["health"].backlog_by_status == {"failed": 3}
                 checked_console = True
     finally:
-        llm.use_http_client(None)
+        settings.ANTHROPIC_HTTP_CLIENT = None  # the settings fixture restores it too
 
     assert checked_console
     for sid, drink in zip(ids, drinks, strict=True):

@@ -7,7 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from memoryapp import clock, forgetting, llm, recall, writing
+from memoryapp import clock, forgetting, recall, writing
+from memoryapp.backends import anthropic as llm
 from memoryapp.models import FactEvent, ForgettingEntry, ForgettingRun, MemoryFact
 
 DAY = timedelta(days=1)

@@ -12,11 +12,11 @@ import pathlib
 import httpx2
 import pytest
 from django.contrib.auth.models import Permission
-from django.test import Client
+from django.test import Client, override_settings
 
-from memoryapp import extraction, llm, recall, sessions, validation, writing
+from memoryapp import backends, extraction, recall, sessions, validation, writing
 from memoryapp.models import ExtractionRun, Membership, MemoryFact, Turn
-from tests.test_anthropic_backend import FakeAnthropic, facts, message
+from tests.backends.test_anthropic_backend import FakeAnthropic, facts, message
 
 pytestmark = pytest.mark.django_db
 
@@ -56,9 +56,8 @@ def anthropic(settings, monkeypatch):
     settings.ANTHROPIC_MAX_RETRIES = 0
     monkeypatch.setattr(anthropic._base_client, "INITIAL_RETRY_DELAY", 0.001)
     fake = FakeAnthropic()
-    llm.use_http_client(httpx2.Client(transport=httpx2.MockTransport(fake)))
+    settings.ANTHROPIC_HTTP_CLIENT = httpx2.Client(transport=httpx2.MockTransport(fake))
     yield fake
-    llm.use_http_client(None)
 
 
 def _ended(org, turns, user="victim"):
@@ -157,7 +156,7 @@ QUOTING_TURNS = [
 
 @pytest.mark.parametrize("turn", QUOTING_TURNS)
 def test_a_quoted_injection_yields_no_instruction_shaped_fact_offline(org, turn):
-    with extraction.use_backend(extraction.OfflineBackend()):
+    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         person, session = _ended(org, [("user", turn)])
         run = extraction.extract_session(session.id)
     assert run.status == "succeeded"

@@ -3,8 +3,10 @@
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 
-from memoryapp import clock, embeddings, extraction, offline, recall, sessions, writing
+from memoryapp import backends, clock, embeddings, extraction, recall, sessions, writing
+from memoryapp.backends import offline
 from memoryapp.models import AgentSession, FactEvent, MemoryFact
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +87,7 @@ def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(or
 
 
 def test_ten_sessions_with_the_offline_backend_too(org):
-    with extraction.use_backend(extraction.OfflineBackend()):
+    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         person = sessions.get_or_create_user(org, "ext-1")
         for _ in range(10):
             session = sessions.open_session(org, person)

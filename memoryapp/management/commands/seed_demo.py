@@ -1,8 +1,9 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.test import override_settings
 
-from memoryapp import extraction, sessions, writing
+from memoryapp import backends, extraction, sessions, writing
 from memoryapp.models import ExternalIdentity, Membership, MemoryFact, MemorySettings, Organization
 
 DEMO_PASSWORD = "memory-demo-2026"
@@ -46,7 +47,7 @@ class Command(BaseCommand):
         staff.save()
 
         if created or not MemoryFact.objects.filter(user=demo).exists():
-            with extraction.use_backend(extraction.OfflineBackend()):
+            with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
                 for turns in CONVERSATIONS:
                     session = sessions.open_session(org, demo)
                     sessions.add_turns(session, turns)

@@ -1,0 +1,86 @@
+from django.core.management.base import BaseCommand
+
+from bench import common as benchmarks
+from bench import pages as pb
+
+
+class Command(BaseCommand):
+    help = "Pages under load: gunicorn (2 workers) on loopback, 1/10/50 clients, ratio to a trivial view."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--facts", type=int, default=300, help="live facts of the benchmark user")
+        parser.add_argument("--clients", default="1,10,50", help="concurrency levels, comma-separated")
+        parser.add_argument("--seconds", type=float, default=10, help="duration of each run")
+        parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+        parser.add_argument("--tool", choices=("auto", "wrk", "python"), default="auto")
+        parser.add_argument("--json", dest="json_path", help="write the results here")
+        parser.add_argument("--smoke", action="store_true", help="20 facts, 1 and 2 clients, 1 s each")
+
+    def handle(self, *args, **o):
+        if o["smoke"]:
+            o.update(facts=20, clients="1,2", seconds=1)
+        levels = [int(c) for c in o["clients"].split(",") if c.strip()]
+        tool, note = pb.pick_tool(o["tool"])
+        err = self.stderr
+        if note:
+            err.write(note)
+        seeded = pb.seed(o["facts"], benchmarks.Progress("seeding facts", o["facts"], err))
+        server = None
+        runs = []
+        try:
+            server = pb.Gunicorn(o["workers"])
+            server.wait_ready()
+            for target in seeded.targets.values():
+                pb.check_target(server.base, target)
+                pb.load(server.base, target, 1, 1, tool)  # warm the workers and their connections
+                pb.drain(server.base)
+            for clients in levels:
+                ceiling = None
+                for name, target in seeded.targets.items():
+                    err.write(f"{name}: {clients} client(s) for {o['seconds']} s…")
+                    result = pb.load(server.base, target, clients, o["seconds"], tool)
+                    pb.drain(server.base)
+                    if ceiling is None:
+                        ceiling = result["rps"]
+                    runs.append(
+                        {
+                            "page": name,
+                            "clients": clients,
+                            **result,
+                            "ratio_to_ceiling": round(result["rps"] / ceiling, 3) if ceiling else None,
+                        }
+                    )
+        finally:
+            if server is not None:
+                server.stop()
+            seeded.cleanup()
+        results = {
+            "benchmark": "bench_pages",
+            "smoke": o["smoke"],
+            "tool": tool,
+            "gunicorn_workers": o["workers"],
+            "facts": o["facts"],
+            "seconds_per_run": o["seconds"],
+            "runs": runs,
+        }
+        rows = [
+            [
+                r["page"],
+                r["clients"],
+                f"{r['rps']:.1f}",
+                benchmarks.ms(r["p50"]),
+                benchmarks.ms(r["p95"]),
+                benchmarks.ms(r["p99"]),
+                r["errors"],
+                r["ratio_to_ceiling"],
+            ]
+            for r in runs
+        ]
+        self.stdout.write(
+            f"\ngunicorn, {o['workers']} workers, DEBUG off, loopback; load from {tool} in another process\n"
+        )
+        self.stdout.write(
+            benchmarks.table(["page", "clients", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "x ceiling"], rows)
+            + "\n"
+        )
+        benchmarks.write_json(o["json_path"], results)

@@ -1,0 +1,247 @@
+"""Pages under load: gunicorn on loopback, a load generator in another process, a trivial view as ceiling."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from bench import common as benchmarks
+from bench.write import CITIES, EDITORS, JOBS, LANGUAGES, STYLES, database_url
+from memoryapp import embeddings, sessions
+from memoryapp.models import AgentSession, Membership, MemoryFact, Organization, Turn
+
+WRK_HINT = "wrk is not installed (Debian: apt-get install -y wrk); using the Python load generator instead"
+PASSWORD = "bench-pages-password-1"
+
+WRK_SCRIPT = """
+wrk.method = os.getenv("BENCH_METHOD") or "GET"
+if os.getenv("BENCH_BODY") then wrk.body = os.getenv("BENCH_BODY") end
+for h in string.gmatch(os.getenv("BENCH_HEADERS") or "", "[^\\n]+") do
+  local name, value = h:match("^([^:]+):%s*(.*)$")
+  if name then wrk.headers[name] = value end
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCHJSON {"requests":%d,"duration_us":%d,"errors":%d,"p50":%d,"p95":%d,"p99":%d}\\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+end
+"""
+
+
+@dataclass
+class Seeded:
+    org: Organization
+    users: list = field(default_factory=list)
+    targets: dict = field(default_factory=dict)  # name -> (path, method, body, headers, expect text)
+
+    def cleanup(self):
+        get_user_model().objects.filter(id__in=[u.id for u in self.users]).delete()
+        self.org.delete()
+
+
+def fact_texts(n):
+    """`n` distinct, realistic fact sentences."""
+    templates = [
+        ("The user lived in {} for a while.", CITIES, "profile"),
+        ("The user has tried {} as a code editor.", EDITORS, "profile"),
+        ("The user knows someone who works as a {}.", JOBS, "profile"),
+        ("The user wrote a side project in {}.", LANGUAGES, "preference"),
+        ("The user sometimes asks for {}.", STYLES, "preference"),
+    ]
+    out, i = [], 0
+    while len(out) < n:
+        template, values, kind = templates[i % len(templates)]
+        value = values[(i // len(templates)) % len(values)]
+        out.append((template.format(value).rstrip(".") + f" (note {i + 1}).", kind))
+        i += 1
+    return out
+
+
+def seed(n_facts, progress=None):
+    """A bench org: one end user with `n_facts` live facts and a session, one staff user, one API key."""
+    org = Organization.objects.create(slug=f"bench-pages-{uuid.uuid4().hex[:8]}", name="Benchmark pages")
+    User = get_user_model()
+    user = User.objects.create_user(username=f"bench-user-{uuid.uuid4().hex[:8]}", password=PASSWORD)
+    staff = User.objects.create_user(username=f"bench-staff-{uuid.uuid4().hex[:8]}", password=PASSWORD, is_staff=True)
+    Membership.objects.create(user=user, org=org)
+    seeded = Seeded(org, [user, staff])
+    session = AgentSession.objects.create(user=user, org=org, extraction_status="done", turn_count=1)
+    Turn.objects.create(user=user, session=session, ordinal=1, role="user", content="I have lived in a few cities.")
+    texts = fact_texts(n_facts)
+    vectors = []
+    for i in range(0, n_facts, 64):
+        vectors.extend(embeddings.embed_many([t for t, _ in texts[i : i + 64]]))
+        if progress:
+            progress.advance(len(texts[i : i + 64]))
+    facts = MemoryFact.objects.bulk_create(
+        MemoryFact(
+            user=user,
+            text=text,
+            kind=kind,
+            embedding=vec,
+            embedding_model=embeddings.model_name(),
+            source_session=session,
+            source_turns=[1],
+        )
+        for (text, kind), vec in zip(texts, vectors, strict=True)
+    )
+    _, key = sessions.create_api_key(org, "bench")
+    api_session = sessions.open_session(org, user)
+
+    def cookie(u):
+        c = Client()
+        c.force_login(u)
+        return f"{settings.SESSION_COOKIE_NAME}={c.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+    seeded.targets = {
+        "ceiling (healthz)": (reverse("healthz"), "GET", None, {}, "ok"),
+        f"My memory ({n_facts} facts)": (
+            reverse("me:memory"),
+            "GET",
+            None,
+            {"Cookie": cookie(user)},
+            facts[0].text,
+        ),
+        "fact provenance (console)": (
+            reverse("console-fact", args=[facts[0].id]),
+            "GET",
+            None,
+            {"Cookie": cookie(staff)},
+            facts[0].text,
+        ),
+        "recall API (refresh)": (
+            "/api/v1/recall",
+            "POST",
+            json.dumps({"session": str(api_session.id), "message": "Which editor should I try?", "refresh": True}),
+            {"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            '"block"',
+        ),
+    }
+    return seeded
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Gunicorn:
+    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database."""
+
+    def __init__(self, workers=2):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w", prefix="bench-pages-", suffix=".log", delete=False)
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+        env.update(
+            DATABASE_URL=database_url(),
+            DEBUG="false",
+            ALLOWED_HOSTS="127.0.0.1,localhost",
+            DJANGO_SETTINGS_MODULE="memoryapp.settings",
+            MEMORY_API_RATE_PER_MINUTE="100000000",  # the load test must not measure the rate limiter
+            CELERY_BROKER_URL="memory://",
+            PYTHONPATH=str(benchmarks.BASE_DIR),
+        )
+        gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
+        cmd = [gunicorn, "memoryapp.wsgi:application", "-w", str(workers), "-b", f"127.0.0.1:{self.port}"]
+        cmd += ["--log-level", "warning", "--timeout", "120"]
+        self.proc = subprocess.Popen(cmd, cwd=benchmarks.BASE_DIR, env=env, stdout=self.log, stderr=self.log)
+
+    def wait_ready(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited; see {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.base + reverse("healthz"), timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"gunicorn did not answer within {timeout} s; see {self.log.name}")
+
+    def stop(self):
+        benchmarks.stop_processes([self.proc], timeout=30)
+        self.log.close()
+
+
+def check_target(base, target):
+    """One request: the page must answer 200 with its expected content (not a login redirect)."""
+    path, method, body, headers, expect = target
+    request = urllib.request.Request(base + path, data=body.encode() if body else None, method=method)
+    for k, v in headers.items():
+        request.add_header(k, v)
+    with urllib.request.urlopen(request, timeout=60) as r:
+        text = r.read().decode()
+        if r.status != 200 or r.geturl() != base + path or expect not in text:
+            raise RuntimeError(f"{path} did not answer 200 with its content (status {r.status}, url {r.geturl()})")
+
+
+def drain(base):
+    """Wait until requests still queued from the last run are served (sync workers, one at a time).
+
+    A load generator stops with up to `clients` requests in gunicorn's backlog; without this the
+    next page's run would start behind them and be charged for their time.
+    """
+    for _ in range(2):  # one request per worker, each queued behind whatever is left
+        with urllib.request.urlopen(base + reverse("healthz"), timeout=600) as r:
+            r.read()
+
+
+def load(base, target, clients, seconds, tool):
+    """Run the load generator in its own process; requests/s and latency percentiles in seconds."""
+    path, method, body, headers, _ = target
+    url = base + path
+    if tool == "wrk":
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+            script.write(WRK_SCRIPT)
+        env = dict(os.environ, BENCH_METHOD=method, BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in headers.items()))
+        if body:
+            env["BENCH_BODY"] = body
+        threads = str(min(2, clients))
+        cmd = ["wrk", "-t", threads, "-c", str(clients), "-d", f"{seconds}s", "--timeout", "30s", "-s", script.name]
+        out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, check=True).stdout
+        os.unlink(script.name)
+        line = next(x for x in out.splitlines() if x.startswith("BENCHJSON "))
+        data = json.loads(line.split(" ", 1)[1])
+        duration = data["duration_us"] / 1e6
+        return {
+            "requests": data["requests"],
+            "errors": data["errors"],
+            "rps": data["requests"] / duration if duration else 0.0,
+            "p50": data["p50"] / 1e6,
+            "p95": data["p95"] / 1e6,
+            "p99": data["p99"] / 1e6,
+        }
+    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "loadgen.py"), "--url", url]
+    cmd += ["--clients", str(clients), "--seconds", str(seconds), "--method", method]
+    if body:
+        cmd += ["--body", body]
+    for k, v in headers.items():
+        cmd += ["--header", f"{k}: {v}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def pick_tool(requested):
+    """'wrk' when asked for (or 'auto') and installed, else the Python generator; plus a note for the user."""
+    if requested in ("auto", "wrk") and shutil.which("wrk"):
+        return "wrk", None
+    if requested == "python":
+        return "python", None
+    return "python", WRK_HINT

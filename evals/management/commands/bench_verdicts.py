@@ -1,0 +1,94 @@
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from bench import common as benchmarks
+from evals import verdicts as ve
+from memoryapp import embeddings
+
+
+class Command(BaseCommand):
+    help = "Score the offline verdict classifier and the neighbour floor on ConvAI2-derived pairs and DECODE."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--datasets", default=str(benchmarks.DEFAULT_DATASETS), help="the shared datasets folder")
+        parser.add_argument("--per-label", type=int, default=300, help="pairs per label per split")
+        parser.add_argument(
+            "--pairs-out",
+            default=None,
+            help=f"where to write the derived pairs (default {ve.GENERATED.relative_to(benchmarks.BASE_DIR)}; "
+            "not written with --smoke unless given)",
+        )
+        parser.add_argument("--decode-limit", type=int, default=None, help="at most this many DECODE items per file")
+        parser.add_argument("--floor", type=float, default=None, help="neighbour floor (default: the calibrated one)")
+        parser.add_argument("--json", dest="json_path", help="write the results here")
+        parser.add_argument("--smoke", action="store_true", help="tiny sample, finishes in seconds")
+
+    def handle(self, *args, **o):
+        root = Path(o["datasets"])
+        convai = root / "convai2_persona_triples"
+        decode = root / "decode"
+        if not convai.is_dir() or not decode.is_dir():
+            raise CommandError(f"datasets not found under {root} (expected convai2_persona_triples/ and decode/)")
+        per_label = 8 if o["smoke"] else o["per_label"]
+        decode_limit = 16 if o["smoke"] else o["decode_limit"]
+        floor = o["floor"] if o["floor"] is not None else embeddings.floor("neighbour")
+        started = time.monotonic()
+
+        self.stderr.write("deriving pairs from ConvAI2 persona triples…")
+        rows = ve.generate_pairs(convai, per_label)
+        out = o["pairs_out"] or (None if o["smoke"] else ve.GENERATED)
+        if out:
+            ve.write_pairs(rows, out)
+            self.stderr.write(f"wrote {len(rows)} pairs to {out}")
+
+        self.stderr.write("reading DECODE…")
+        human_bot = ve.read_decode(decode / "human-bot.jsonl", decode_limit)
+        rct = ve.read_decode(decode / "rct.jsonl", decode_limit)
+
+        embedder = ve.Embedder()
+        texts = {r["old"] for r in rows} | {r["new"] for r in rows}
+        for items in (human_bot, rct):
+            for history, last, _ in items:
+                texts.update(history)
+                texts.update(last)
+        embedder.prime(texts, benchmarks.Progress("embedding", len(texts), self.stderr))
+
+        results = {"benchmark": "bench_verdicts", "floor": floor, "model": embeddings.model_name(), "pairs": {}}
+        for split in ve.SPLITS:
+            split_rows = [r for r in rows if r["split"] == split]
+            results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor)
+        self.stderr.write("scoring DECODE…")
+        results["decode"] = {
+            "human_bot": ve.score_decode(human_bot, embedder, floor),
+            "rct": ve.score_decode(rct, embedder, floor),
+        }
+        results["seconds"] = round(time.monotonic() - started, 1)
+        results["smoke"] = o["smoke"]
+        self._print(results)
+        benchmarks.write_json(o["json_path"], results)
+
+    def _print(self, r):
+        w = self.stdout.write
+        for split, s in r["pairs"].items():
+            for variant in ("classifier", "with_floor"):
+                c = s[variant]
+                title = "offline.classify" if variant == "classifier" else f"neighbour floor {s['floor']} + classify"
+                w(f"\nConvAI2 pairs, {split} split: {title} (rows gold, columns predicted)\n")
+                rows = [[g] + [c["matrix"][g][p] for p in ve.LABELS] + [c["per_label"][g]["f1"]] for g in ve.LABELS]
+                w(benchmarks.table(["gold \\ predicted", *ve.LABELS, "F1"], rows) + "\n")
+                w(f"macro-F1 {c['macro_f1']}  accuracy {c['accuracy']}  n={c['n']}\n")
+            w(f"pairs passing the floor: {s['passing_floor']}  median cosine: {s['median_similarity']}\n")
+            sweep = [[f] + [v.get(label) for label in ve.LABELS] for f, v in s["floor_sweep"].items()]
+            w(f"\nshare of {split} pairs at or above each neighbour floor\n")
+            w(benchmarks.table(["floor", *ve.LABELS], sweep) + "\n")
+        w("\nDECODE\n")
+        rows = []
+        for name, d in r["decode"].items():
+            for variant, v in d.items():
+                rows.append(
+                    [name, variant, v["n"], v["accuracy"], v["false_contradicts_rate"], v["contradiction_recall"]]
+                )
+        w(benchmarks.table(["set", "variant", "n", "accuracy", "false CONTRADICTS", "contradiction recall"], rows))
+        w(f"\n\n{r['seconds']} s\n")

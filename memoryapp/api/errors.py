@@ -1,0 +1,26 @@
+"""The API's one error shape: {"error": {"code", "message", "field"}} with a 4xx (or 503) status."""
+
+from ninja import Schema
+
+
+class ApiError(Exception):
+    def __init__(self, status, code, message, field=None, headers=None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+        self.headers = headers or {}
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+ERRORS = {
+    **{code: ErrorOut for code in (400, 401, 404, 409, 413, 422, 429)},
+    503: ErrorOut,  # the database is unavailable: nothing was stored, retry
+}

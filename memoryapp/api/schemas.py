@@ -1,0 +1,123 @@
+"""Request and response bodies of the agent API."""
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from ninja import Field, Schema
+
+ExternalUser = Field(..., min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+
+class SessionIn(Schema):
+    user: str = ExternalUser
+    memory: Literal["on", "off"] = "on"
+
+
+class SessionOut(Schema):
+    id: uuid.UUID
+    user: str
+    memory: Literal["on", "off"]
+    started_at: datetime
+
+
+class TurnIn(Schema):
+    role: Literal["user", "assistant", "tool"]
+    # Enforced by _clean_content (for its clearer errors); declared here so the spec says so too.
+    content: str = Field(
+        ...,
+        description="Not blank, no NUL characters, at most MEMORY_MAX_TURN_BYTES of UTF-8 (32 KiB by default).",
+        json_schema_extra={"pattern": r"^[^\u0000]*\S[^\u0000]*$"},
+    )
+
+
+class TurnsIn(Schema):
+    turns: list[TurnIn] = Field(
+        ..., description="1 to MEMORY_MAX_TURNS_PER_CALL turns (100 by default).", json_schema_extra={"minItems": 1}
+    )
+
+
+class AcceptedOut(Schema):
+    accepted: int
+
+
+class QueuedOut(Schema):
+    status: str
+
+
+class SessionStatusOut(Schema):
+    id: uuid.UUID
+    user: str
+    memory: Literal["on", "off"]
+    started_at: datetime
+    last_activity_at: datetime
+    ended: bool
+    ended_at: datetime | None
+    end_reason: str | None
+    extraction_status: str
+    turns: int
+    facts_written: list[uuid.UUID]
+    facts_confirmed: list[uuid.UUID]
+    facts_superseded: list[uuid.UUID]
+
+
+class RecallIn(Schema):
+    session: uuid.UUID
+    message: str = Field("", max_length=32 * 1024)
+    refresh: bool = Field(False, strict=True)
+
+
+class RecalledFact(Schema):
+    id: uuid.UUID
+    text: str
+    kind: str
+    scope: str
+    tier: str
+    score: float | None
+
+
+class RecallOut(Schema):
+    block: str
+    facts: list[RecalledFact]
+    cached: bool
+
+
+class PromptIn(Schema):
+    session: uuid.UUID
+    message: str = Field("", max_length=32 * 1024)
+    instructions: str = Field("", max_length=200_000)
+    tool_guidance: str = Field("", max_length=200_000)
+    refresh: bool = Field(False, strict=True)
+
+
+class CacheControl(Schema):
+    type: Literal["ephemeral"]
+
+
+class SystemBlock(Schema):
+    type: Literal["text"]
+    text: str
+    cache_control: CacheControl | None = None  # only on the last stable block
+
+
+class PromptOut(Schema):
+    system: list[SystemBlock]
+
+
+class InjectedOut(Schema):
+    fact: uuid.UUID
+    text: str
+    kind: str
+    scope: str
+    tier: str
+    score: float | None
+    recalled_at: datetime
+    in_current_block: bool  # False for what an earlier block held before a refresh
+
+
+class SessionRecallOut(Schema):
+    session: uuid.UUID
+    memory: Literal["on", "off"]
+    block: str | None
+    block_at: datetime | None
+    injected: list[InjectedOut]

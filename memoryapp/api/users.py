@@ -1,0 +1,76 @@
+"""Agent API routes about one end user: portal links, export, erasure."""
+
+import uuid
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import Router, Schema, Status
+
+from memoryapp import erasure, export, portal, sessions
+from memoryapp.api.errors import ApiError, ErrorOut
+
+router = Router(tags=["users"])
+
+
+def _errors():
+    """Error responses for the OpenAPI spec."""
+    return {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+
+
+# --- portal links (account pages) -------------------------------------------------
+
+
+class PortalOut(Schema):
+    url: str
+    expires_at: datetime
+
+
+@router.post("/{user}/portal", response={200: PortalOut, **_errors(), 403: _errors()[404]})
+def portal_link(request: HttpRequest, user: str):
+    """A one-time sign-in link to the user's "My memory" pages, valid for a few minutes."""
+
+    person = _person(request, user)
+    try:
+        url, expires_at = portal.issue_link(person, base_url=request.build_absolute_uri("/"), org=request.org)
+    except portal.NotAllowed as exc:
+        raise ApiError(403, "forbidden", str(exc)) from None
+    return Status(200, {"url": url, "expires_at": expires_at})
+
+
+# --- export and erasure (privacy) ---------------------------------------------------
+
+
+class ReceiptOut(Schema):
+    receipt: uuid.UUID
+    created_at: datetime
+    requested_via: str
+    subject_ref: str
+    counts: dict[str, int]
+
+
+def _person(request, external_id):
+    """The person the key's organisation calls `external_id`; 404 for anyone else."""
+
+    person = sessions.find_user(request.org, external_id)
+    if person is None:
+        raise ApiError(404, "not_found", "No such user for this API key.")
+    return person
+
+
+@router.get("/{user}/export", response={200: dict, **_errors()})
+def export_user(request: HttpRequest, user: str):
+    """Everything held about the user, as one JSON document described by `schema_version`."""
+
+    return Status(200, export.export_user(_person(request, user)))
+
+
+@router.delete("/{user}", response={202: ReceiptOut, **_errors()})
+def erase_user(request: HttpRequest, user: str):
+    """Erase the user and everything held about them; the receipt holds no personal data."""
+
+    person = _person(request, user)
+    try:
+        receipt = erasure.erase_member(request.org, person, requested_via="api")
+    except erasure.ErasureRefused as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    return Status(202, erasure.receipt_json(receipt))

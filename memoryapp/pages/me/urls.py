@@ -1,0 +1,23 @@
+"""End-user pages, mounted at /me/."""
+
+from django.urls import path
+
+from memoryapp.pages.me import views
+
+app_name = "me"
+
+urlpatterns = [
+    path("", views.memory, name="memory"),
+    path("facts/<uuid:fact_id>/", views.fact, name="fact"),
+    path("facts/<uuid:fact_id>/correct/", views.fact_edit, name="fact_edit"),
+    path("facts/<uuid:fact_id>/delete/", views.fact_delete, name="fact_delete"),
+    path("conversations/", views.conversations, name="conversations"),
+    path("conversations/<uuid:session_id>/", views.conversation, name="conversation"),
+    path("settings/", views.memory_switch, name="settings"),
+    path("data/", views.data, name="data"),
+    path("data/export.json", views.export_json, name="export"),
+    path("erase/", views.erase, name="erase"),
+    path("erased/<uuid:receipt_id>/", views.erased, name="erased"),
+    path("about/", views.about, name="about"),
+    path("portal/<str:token>/", views.portal_link, name="portal"),
+]

@@ -1,0 +1,478 @@
+"""End-user pages: what the agent remembers about me, and my controls over it."""
+
+import json
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import login, logout
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Count
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
+
+from memoryapp import clock, erasure, portal, support_access, writing
+from memoryapp import export as exporting
+from memoryapp.models import (
+    AgentSession,
+    ErasureReceipt,
+    FactEvent,
+    MemoryFact,
+    PortalLink,
+    RecallLog,
+    Turn,
+)
+
+# Always-on kinds first: they are in every prompt.
+KIND_ORDER = ["constraint", "profile", "preference", "goal"]
+KIND_INFO = {
+    "constraint": ("Constraints", "Rules the assistant must respect. Always given to the assistant."),
+    "profile": ("About you", "Who you are and what you work with. Always given to the assistant."),
+    "preference": ("Preferences", "How you like things done. Given to the assistant when relevant."),
+    "goal": ("Goals", "What you are working towards. Given to the assistant when relevant."),
+}
+KIND_CHOICES = [
+    ("constraint", "Constraint: a rule the assistant must respect"),
+    ("profile", "Profile: who you are, what you work with"),
+    ("preference", "Preference: how you like things done"),
+    ("goal", "Goal: something you are working towards"),
+]
+ERASE_WORD = "ERASE"
+# Friendlier names for the erasure receipt's counts; unknown keys are shown as they are.
+RECEIPT_LABELS = {
+    "account": "account",
+    "facts": "facts, all versions",
+    "facts_live": "of which in use",
+    "facts_superseded": "of which replaced versions",
+    "facts_expired": "of which expired",
+    "sessions": "conversations",
+    "turns": "conversation messages",
+    "extraction_runs": "records of conversations being read",
+    "fact_events": "history entries",
+    "recall_logs": "records of memory given to the assistant",
+    "recall_reviews": "quality reviews",
+    "portal_links": "sign-in links",
+    "support_access_logs": "support access log entries",
+    "forgetting_entries": "forgetting log entries",
+    "memory_settings": "memory switch",
+    "external_ids": "assistant identities",
+    "memberships": "organisation memberships",
+    "org_proposals": "suggestions for your organisation",
+    "org_facts_unlinked": "organisation facts unlinked from you",
+    "admin_log_entries": "admin log entries",
+    "login_sessions": "sign-in sessions",
+}
+
+
+class FactForm(forms.Form):
+    text = forms.CharField(
+        label="What the assistant should remember",
+        max_length=200,
+        widget=forms.Textarea(attrs={"rows": 2, "maxlength": 200}),
+        help_text="One sentence about you, up to 200 characters.",
+    )
+    kind = forms.ChoiceField(label="Kind", choices=KIND_CHOICES)
+
+
+class SwitchForm(forms.Form):
+    enabled = forms.ChoiceField(choices=[("on", "on"), ("off", "off")])
+
+
+class EraseForm(forms.Form):
+    confirm = forms.CharField(label=f"Type {ERASE_WORD} to confirm", max_length=20, required=False)
+
+    def clean_confirm(self):
+        value = self.cleaned_data["confirm"].strip()
+        if value != ERASE_WORD:
+            raise forms.ValidationError(f"Type {ERASE_WORD} in capital letters to erase your memory.")
+        return value
+
+
+# --- ownership ----------------------------------------------------------------
+
+
+def _own_fact(request, fact_id):
+    """One of the signed-in person's own facts (any state), or 404 for anyone else's."""
+    return get_object_or_404(MemoryFact.objects.for_user(request.user).defer("embedding"), id=fact_id)
+
+
+def _own_session(request, session_id):
+    """One of the signed-in person's own conversations, or 404 for anyone else's."""
+    return get_object_or_404(AgentSession.objects.for_user(request.user).select_related("org"), id=session_id)
+
+
+def _page(request, template, context=None, status=200, section=""):
+    ctx = {"section": section, "now": clock.now(), "memory_on": writing.memory_enabled(request.user)}
+    ctx.update(context or {})
+    return render(request, template, ctx, status=status)
+
+
+# --- entry points -------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def home(request):
+    """Staff go to the support console, everyone else to their memory."""
+    if request.user.is_staff:
+        for name in ("console-home", "console", "support:index"):
+            try:
+                return redirect(reverse(name))
+            except NoReverseMatch:
+                continue
+        return redirect("admin:index")
+    return redirect("me:memory")
+
+
+@require_GET
+@never_cache
+def portal_link(request, token):
+    """Sign in through a one-time link from the assistant; a used or expired link gets a clear page."""
+    try:
+        user = portal.redeem(token)
+    except portal.PortalError as exc:
+        return render(request, "me/portal_invalid.html", {"message": exc.message}, status=exc.status)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return redirect("me:memory")
+
+
+# --- my memory ----------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")  # one URL, full page or partial: caches must tell them apart
+def memory(request):
+    """The live facts, grouped by kind, with search and a kind filter."""
+    query = request.GET.get("q", "").replace("\x00", "").strip()[:200]
+    kind = request.GET.get("kind", "")
+    if kind not in KIND_ORDER:
+        kind = ""
+    live = MemoryFact.objects.for_user(request.user).live().defer("embedding")
+    counts = dict(live.values_list("kind").annotate(n=Count("id")))
+    shown = live
+    if query:
+        shown = shown.filter(text__icontains=query)
+    if kind:
+        shown = shown.filter(kind=kind)
+    by_kind = {k: [] for k in KIND_ORDER}
+    for fact in shown.order_by("-last_confirmed_at", "id"):
+        by_kind[fact.kind].append(fact)
+    groups = [
+        {"kind": k, "title": KIND_INFO[k][0], "about": KIND_INFO[k][1], "facts": by_kind[k]}
+        for k in KIND_ORDER
+        if by_kind[k]
+    ]
+    context = {
+        "groups": groups,
+        "query": query,
+        "kind": kind,
+        "total": sum(counts.values()),
+        "tabs": [("", "All", sum(counts.values()))] + [(k, KIND_INFO[k][0], counts.get(k, 0)) for k in KIND_ORDER],
+        "open_sessions": AgentSession.objects.for_user(request.user).open().count(),
+    }
+    template = "me/memory.html#results" if request.htmx else "me/memory.html"
+    return _page(request, template, context, section="memory")
+
+
+def _explain(fact, own_session_ids):
+    """Why this version exists, in words: the conversation it came from, or who changed it."""
+    if fact.origin == MemoryFact.Origin.USER:
+        return {"how": "You corrected it", "session": None}
+    if fact.origin == MemoryFact.Origin.STAFF:
+        return {"how": "Changed by support staff at your request", "session": None}
+    session = fact.source_session_id if fact.source_session_id in own_session_ids else None
+    return {
+        "how": "Learned from a conversation" if session else "Learned from a conversation since removed",
+        "session": session,
+    }
+
+
+REPLACED_WHY = {
+    "corrected": "Replaced by your correction",
+    "contradicts": "Replaced because a later conversation said something different",
+    "staff": "Replaced by support staff",
+}
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def fact(request, fact_id):
+    """A fact's page: its current state and its history, old to new (htmx: just the fact)."""
+    fact = _own_fact(request, fact_id)
+    if request.htmx:
+        return _page(request, "me/_fact.html#item", {"f": fact})
+    chain = [f for f in writing.chain_of(fact) if f.user_id == request.user.id]
+    ids = [f.id for f in chain]
+    sessions = set(
+        AgentSession.objects.for_user(request.user)
+        .filter(id__in=[f.source_session_id for f in chain if f.source_session_id])
+        .values_list("id", flat=True)
+    )
+    confirmations = {}
+    for ev in FactEvent.objects.filter(user=request.user, fact_id__in=ids, action=FactEvent.Action.CONFIRMED):
+        confirmations.setdefault(ev.fact_id, []).append(ev)
+    versions = [
+        {
+            "f": f,
+            "why": _explain(f, sessions),
+            "confirmations": confirmations.get(f.id, []),
+            "replaced_why": REPLACED_WHY.get(f.supersede_reason, "Replaced"),
+            "is_this": f.id == fact.id,
+        }
+        for f in chain
+    ]
+    current = chain[-1]
+    context = {"fact": fact, "current": current, "versions": versions}
+    return _page(request, "me/fact_history.html", context, section="memory")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@vary_on_headers("HX-Request")
+def fact_edit(request, fact_id):
+    """Correct a fact's text or kind: stored as your own version that replaces the old one."""
+    fact = _own_fact(request, fact_id)
+    form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
+    if request.method == "POST" and form.is_valid():
+        text, kind = form.cleaned_data["text"], form.cleaned_data["kind"]
+        if text.strip() == fact.text and kind == fact.kind:
+            if request.htmx:
+                return _page(request, "me/_fact.html#item", {"f": fact})
+            messages.info(request, "Nothing changed.")
+            return redirect("me:memory")
+        try:
+            new = writing.correct_fact(fact, text, kind, actor_user=request.user, origin=MemoryFact.Origin.USER)
+        except writing.FactRejected as exc:
+            form.add_error("text", f"This can't be saved: {exc}.")
+        else:
+            if request.htmx:
+                return _page(request, "me/_fact.html#item", {"f": new, "just_corrected": True})
+            messages.success(request, "Corrected. The assistant will use your version from now on.")
+            return redirect(reverse("me:memory") + f"#fact-{new.id}")
+    template = "me/fact_edit.html#form" if request.htmx else "me/fact_edit.html"
+    return _page(request, template, {"f": fact, "form": form}, section="memory")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@vary_on_headers("HX-Request")
+def fact_delete(request, fact_id):
+    """Delete a fact for real, with its earlier versions, after a confirmation."""
+    fact = _own_fact(request, fact_id)
+    if request.method == "POST":
+        writing.delete_fact(fact, actor=FactEvent.Actor.USER, actor_user=request.user, reason="deleted by its owner")
+        if request.htmx:
+            return _page(request, "me/_fact.html#deleted", {})
+        messages.success(request, "Deleted. The assistant no longer remembers it, and its earlier versions are gone.")
+        return redirect("me:memory")
+    earlier = len(writing.chain_of(fact)) - 1 if fact.superseded_by_id is None else None
+    template = "me/fact_delete.html#confirm" if request.htmx else "me/fact_delete.html"
+    return _page(request, template, {"f": fact, "earlier": earlier}, section="memory")
+
+
+# --- conversations ------------------------------------------------------------
+
+
+def _status_text(session):
+    """What happened to a conversation, in words."""
+    if session.ended_at is None:
+        return "Still open"
+    if session.memory == AgentSession.Memory.OFF or session.extraction_status == AgentSession.Extraction.SKIPPED:
+        return "Memory off: nothing learned"
+    return {
+        AgentSession.Extraction.DONE: "Read for memory",
+        AgentSession.Extraction.FAILED: "Could not be read: nothing learned",
+    }.get(session.extraction_status, "Waiting to be read for memory")
+
+
+def _taught_counts(user, session_ids):
+    counts = {}
+    rows = (
+        FactEvent.objects.filter(
+            user=user,
+            session_id__in=session_ids,
+            action__in=[FactEvent.Action.CREATED, FactEvent.Action.CONFIRMED, FactEvent.Action.SUPERSEDED],
+        )
+        .values("session_id", "action")
+        .annotate(n=Count("fact_id", distinct=True))
+    )
+    for row in rows:
+        counts.setdefault(row["session_id"], {})[row["action"]] = row["n"]
+    injected = (
+        RecallLog.objects.filter(user=user, session_id__in=session_ids)
+        .values("session_id")
+        .annotate(n=Count("fact_id", distinct=True))
+    )
+    for row in injected:
+        counts.setdefault(row["session_id"], {})["injected"] = row["n"]
+    return counts
+
+
+@require_GET
+@login_required
+def conversations(request):
+    """Every conversation, memory on or off, with what it taught and what memory it was given."""
+    qs = AgentSession.objects.for_user(request.user).select_related("org").order_by("-started_at", "id")
+    page = Paginator(qs, 20).get_page(request.GET.get("page"))
+    counts = _taught_counts(request.user, [s.id for s in page])
+    rows = [{"s": s, "c": counts.get(s.id, {}), "status": _status_text(s)} for s in page]
+    return _page(request, "me/conversations.html", {"page": page, "rows": rows}, section="conversations")
+
+
+@require_GET
+@login_required
+def conversation(request, session_id):
+    """One conversation: what it taught the assistant, what memory it was given, and the messages kept."""
+    session = _own_session(request, session_id)
+    events = list(
+        FactEvent.objects.filter(
+            user=request.user,
+            session=session,
+            action__in=[FactEvent.Action.CREATED, FactEvent.Action.CONFIRMED, FactEvent.Action.SUPERSEDED],
+        ).order_by("created_at", "id")
+    )
+    facts = MemoryFact.objects.for_user(request.user).defer("embedding").in_bulk({e.fact_id for e in events})
+    taught = {"created": [], "confirmed": [], "superseded": []}
+    seen = set()
+    for ev in events:
+        if (ev.action, ev.fact_id) in seen:
+            continue
+        seen.add((ev.action, ev.fact_id))
+        taught[ev.action].append({"event": ev, "fact": facts.get(ev.fact_id)})
+    logs = (
+        RecallLog.objects.filter(user=request.user, session=session)
+        .select_related("fact")
+        .order_by("created_at", "position")
+    )
+    source_ordinals = set()
+    for f in MemoryFact.objects.for_user(request.user).filter(source_session=session).only("source_turns"):
+        source_ordinals.update(f.source_turns)
+    turns = Turn.objects.for_user(request.user).filter(session=session).order_by("ordinal")
+    context = {
+        "s": session,
+        "status": _status_text(session),
+        "taught": taught,
+        "logs": logs,
+        "turns": turns,
+        "source_ordinals": source_ordinals,
+        "learned_anything": any(taught.values()),
+    }
+    return _page(request, "me/conversation.html", context, section="conversations")
+
+
+# --- switch, transparency, export, erasure ------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@vary_on_headers("HX-Request")
+def memory_switch(request):
+    """Memory on or off for every future conversation (and, when turning off, the open ones)."""
+    error = None
+    if request.method == "POST":
+        form = SwitchForm(request.POST)
+        if form.is_valid():
+            enabled = form.cleaned_data["enabled"] == "on"
+            writing.set_memory_switch(request.user, enabled)
+            if enabled:
+                note = "Memory is on. New conversations can use and add to your memory."
+            else:
+                note = "Memory is off. Nothing is used or learned, including in conversations open right now."
+            if not request.htmx:
+                messages.success(request, note)
+                return redirect("me:settings")
+        else:
+            error = "Choose on or off."
+    context = {
+        "open_sessions": AgentSession.objects.for_user(request.user).open().count(),
+        "off_sessions": AgentSession.objects.for_user(request.user).filter(memory=AgentSession.Memory.OFF).count(),
+        "error": error,
+        "goal_days": settings.MEMORY["STALE_DAYS"]["personal"].get("goal"),
+    }
+    template = "me/settings.html#switch" if request.htmx else "me/settings.html"
+    return _page(request, template, context, status=400 if error else 200, section="settings")
+
+
+@require_GET
+@login_required
+def data(request):
+    """'What do you know about me?': a readable summary of the export, with a download."""
+    doc = exporting.export_user(request.user)
+    by_state = {"live": [], "superseded": [], "expired": []}
+    for f in doc["facts"]:
+        by_state.setdefault(f["state"], []).append(f)
+    context = {
+        "doc": doc,
+        "by_state": by_state,
+        "turns_kept": sum(len(s["retained_turns"]) for s in doc["sessions"]),
+        "accesses": support_access.accesses_for(request.user)[:50],
+        "portal_links": PortalLink.objects.filter(user=request.user).count(),
+    }
+    return _page(request, "me/data.html", context, section="data")
+
+
+@require_GET
+@login_required
+@never_cache
+def export_json(request):
+    """Download everything held about me as one JSON document."""
+    doc = exporting.export_user(request.user)
+    body = json.dumps(doc, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    filename = f"my-memory-{clock.now():%Y-%m-%d}.json"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def erase(request):
+    """Erase every trace of my memory and my account, behind a typed confirmation."""
+    form = EraseForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        receipt = erasure.erase_user(request.user, requested_via="self")
+        logout(request)
+        return redirect("me:erased", receipt_id=receipt.id)
+    facts = MemoryFact.objects.for_user(request.user).count()
+    sessions = AgentSession.objects.for_user(request.user).count()
+    status = 400 if form.is_bound and not form.is_valid() else 200
+    context = {"form": form, "facts": facts, "sessions": sessions, "word": ERASE_WORD}
+    return _page(request, "me/erase.html", context, status=status, section="erase")
+
+
+@require_GET
+def erased(request, receipt_id):
+    """The erasure receipt: when and how much, and nothing personal, so it needs no sign-in."""
+    receipt = get_object_or_404(ErasureReceipt, id=receipt_id)
+    known = [
+        (label, receipt.counts[key], label.startswith("of which"))
+        for key, label in RECEIPT_LABELS.items()
+        if key in receipt.counts
+    ]
+    other = [(k.replace("_", " "), n, False) for k, n in sorted(receipt.counts.items()) if k not in RECEIPT_LABELS]
+    return render(request, "me/erased.html", {"receipt": receipt, "counts": known + other})
+
+
+@require_GET
+def about(request):
+    """How memory works, in plain words: what is kept, how it is used, for how long, and the controls."""
+    memory = settings.MEMORY
+    context = {
+        "section": "about",
+        "goal_days": memory["STALE_DAYS"]["personal"].get("goal"),
+        "never_recalled_days": memory["NEVER_RECALLED_DAYS"]["personal"],
+        "turn_days": memory["TURN_RETENTION_DAYS"],
+        "grace_days": memory["FORGETTING_GRACE_DAYS"],
+        "recall_cap": memory["RECALL_CAP"],
+        "inactivity": memory["INACTIVITY_MINUTES"],
+        "link_minutes": memory["PORTAL_LINK_MINUTES"],
+    }
+    return render(request, "me/about.html", context)

@@ -1,0 +1,471 @@
+"""Organisation pages: members read the org tier, org admins manage facts, proposals, members and keys.
+
+Anyone who is not a member of an organisation gets 404 for all of its pages; members get 403 for
+anything that changes something. A member's personal memory never appears on these pages.
+"""
+
+import functools
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect, retarget
+
+from memoryapp import orgs
+from memoryapp.models import FACT_MAX_CHARS, ApiKey, Kind, Membership, MemoryFact, OrgFactProposal
+from memoryapp.writing import FactRejected
+
+NEW_KEY_SESSION = "org_new_api_key"
+
+
+class FactForm(forms.Form):
+    text = forms.CharField(
+        max_length=FACT_MAX_CHARS,
+        error_messages={
+            "required": "Write the fact as one sentence.",
+            "max_length": f"A fact is at most {FACT_MAX_CHARS} characters.",
+        },
+    )
+    kind = forms.ChoiceField(choices=Kind.choices, error_messages={"invalid_choice": "Choose a kind from the list."})
+
+
+class MemberForm(forms.Form):
+    who = forms.CharField(max_length=254, error_messages={"required": "Enter a username or an email address."})
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+# --- ownership: one helper per object type, 404 to anyone else -------------------------------
+
+
+def _org(request, slug):
+    """(org, membership) for a member of the org; 404 for everyone else, whether the org exists or not."""
+    membership = get_object_or_404(Membership.objects.select_related("org"), org__slug=slug, user=request.user)
+    return membership.org, membership
+
+
+def _org_fact(org, fact_id):
+    return get_object_or_404(MemoryFact.objects.for_org(org).live(), id=fact_id)
+
+
+def _proposal(org, proposal_id):
+    return get_object_or_404(
+        OrgFactProposal.objects.select_related("org"), org=org, id=proposal_id, status=OrgFactProposal.Status.PENDING
+    )
+
+
+def _member(org, membership_id):
+    return get_object_or_404(Membership.objects.select_related("user"), org=org, id=membership_id)
+
+
+def _api_key(org, key_id):
+    return get_object_or_404(ApiKey, org=org, id=key_id)
+
+
+def _forbidden(request, org, membership):
+    return render(
+        request,
+        "orgs/forbidden.html",
+        {"org": org, "membership": membership, "tab": None, **_nav(org, membership)},
+        status=403,
+    )
+
+
+def _nav(org, membership):
+    pending = (
+        OrgFactProposal.objects.filter(org=org, status=OrgFactProposal.Status.PENDING).count()
+        if membership.role == Membership.Role.ADMIN
+        else 0
+    )
+    return {"is_admin": membership.role == Membership.Role.ADMIN, "pending_count": pending}
+
+
+def _admin(view):
+    """Run `view(request, org, membership, ...)` for org admins; 403 for other members (404 for outsiders)."""
+
+    @functools.wraps(view)
+    def wrapped(request, slug, *args, **kwargs):
+        org, membership = _org(request, slug)
+        if membership.role != Membership.Role.ADMIN:
+            return _forbidden(request, org, membership)
+        return view(request, org, membership, *args, **kwargs)
+
+    return wrapped
+
+
+def _page(request, template, partial, context, status=200):
+    """The full page, or only its partial for an htmx request."""
+    name = f"{template}#{partial}" if request.htmx else template
+    return render(request, name, context, status=status)
+
+
+def _done(request, url_name, org, notice, render_partial):
+    """After a change: htmx gets the refreshed partial with the notice; plain forms get a redirect."""
+    if request.htmx:
+        return render_partial(notice)
+    messages.success(request, notice)
+    return redirect(url_name, slug=org.slug)
+
+
+# --- the list of my organisations ------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def org_list(request):
+    return render(request, "orgs/list.html", {"memberships": orgs.orgs_of(request.user)})
+
+
+# --- org memory ------------------------------------------------------------------------------
+
+
+def _memory_context(org, membership, **extra):
+    return {
+        "org": org,
+        "membership": membership,
+        "tab": "memory",
+        "groups": orgs.live_facts(org),
+        "expired": orgs.expired_facts(org),
+        "kinds": Kind.choices,
+        "max_chars": FACT_MAX_CHARS,
+        **_nav(org, membership),
+        **extra,
+    }
+
+
+def _render_memory(request, org, membership, status=200, **extra):
+    return _page(request, "orgs/memory.html", "facts", _memory_context(org, membership, **extra), status=status)
+
+
+@require_GET
+@login_required
+def memory(request, slug):
+    org, membership = _org(request, slug)
+    return _render_memory(request, org, membership)
+
+
+@require_POST
+@login_required
+@_admin
+def fact_add(request, org, membership):
+    form = FactForm(request.POST)
+    if form.is_valid():
+        try:
+            result = orgs.add_fact(org, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
+        except FactRejected as exc:
+            form.add_error("text", str(exc))
+        else:
+            notice = {
+                "confirmed": "That fact was already in the org memory; it is confirmed again.",
+            }.get(result.outcome, "Added to the org memory.")
+            if result.superseded:
+                notice += f" It replaces {len(result.superseded)} older fact(s) it contradicts."
+            return _done(
+                request,
+                "org-memory",
+                org,
+                notice,
+                lambda n: _render_memory(request, org, membership, notice=n),
+            )
+    return _render_memory(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@_admin
+def fact_edit(request, org, membership, fact_id):
+    fact = _org_fact(org, fact_id)
+    form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
+    if request.method == "POST" and form.is_valid():
+        try:
+            orgs.correct_fact(fact, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
+        except FactRejected as exc:
+            form.add_error("text", str(exc))
+        else:
+            # The form replaces its own list item; a success refreshes the whole list instead.
+            return _done(
+                request,
+                "org-memory",
+                org,
+                "Corrected. The old wording stays in the history as superseded.",
+                lambda n: retarget(_render_memory(request, org, membership, notice=n), "#org-facts"),
+            )
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": "memory",
+        "fact": fact,
+        "form": form,
+        "kinds": Kind.choices,
+        "max_chars": FACT_MAX_CHARS,
+        **_nav(org, membership),
+    }
+    status = 400 if request.method == "POST" and not request.htmx else 200
+    return _page(request, "orgs/fact_edit.html", "edit", context, status=status)
+
+
+@require_POST
+@login_required
+@_admin
+def fact_delete(request, org, membership, fact_id):
+    fact = _org_fact(org, fact_id)
+    orgs.delete_fact(fact, request.user)
+    return _done(
+        request,
+        "org-memory",
+        org,
+        f"Deleted “{fact.text}”.",
+        lambda n: _render_memory(request, org, membership, notice=n),
+    )
+
+
+# --- proposals ---------------------------------------------------------------------------------
+
+
+def _render_proposals(request, org, membership, status=200, **extra):
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": "proposals",
+        "proposals": orgs.pending_proposals(org),
+        "decided": orgs.recent_decisions(org),
+        "kinds": Kind.choices,
+        "max_chars": FACT_MAX_CHARS,
+        **_nav(org, membership),
+        **extra,
+    }
+    return _page(request, "orgs/proposals.html", "queue", context, status=status)
+
+
+@require_GET
+@login_required
+@_admin
+def proposals(request, org, membership):
+    return _render_proposals(request, org, membership)
+
+
+@require_POST
+@login_required
+@_admin
+def proposal_decide(request, org, membership, proposal_id):
+    proposal = _proposal(org, proposal_id)
+    decision = request.POST.get("decision")
+    try:
+        if decision == "reject":
+            orgs.reject_proposal(proposal, request.user)
+            notice = "Rejected. Nothing was added to the org memory."
+        elif decision == "approve":
+            form = FactForm(request.POST)
+            if not form.is_valid():
+                raise FactRejected(" ".join(e for errs in form.errors.values() for e in errs))
+            result = orgs.approve_proposal(proposal, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
+            notice = {
+                "confirmed": "Approved. The org memory already had this fact, so it was merged into it.",
+            }.get(result.outcome, "Approved and published to the org memory.")
+            if result.superseded:
+                notice += f" It replaces {len(result.superseded)} older fact(s) it contradicts."
+        else:
+            raise FactRejected("Choose approve or reject.")
+    except (FactRejected, orgs.OrgError) as exc:
+        errors = {proposal.id: str(exc)}
+        return _render_proposals(request, org, membership, status=200 if request.htmx else 400, errors=errors)
+    return _done(request, "org-proposals", org, notice, lambda n: _render_proposals(request, org, membership, notice=n))
+
+
+# --- members ---------------------------------------------------------------------------------
+
+
+def _render_members(request, org, membership, status=200, **extra):
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": "members",
+        "members": orgs.members(org),
+        "roles": sorted(Membership.Role.choices, key=lambda c: c[0] != Membership.Role.MEMBER),  # safer default first
+        **_nav(org, membership),
+        **extra,
+    }
+    return _page(request, "orgs/members.html", "members", context, status=status)
+
+
+@require_GET
+@login_required
+def members(request, slug):
+    org, membership = _org(request, slug)
+    return _render_members(request, org, membership)
+
+
+@require_POST
+@login_required
+@_admin
+def member_add(request, org, membership):
+    form = MemberForm(request.POST)
+    if form.is_valid():
+        try:
+            added = orgs.add_member(org, form.cleaned_data["who"], form.cleaned_data["role"])
+        except orgs.OrgError as exc:
+            form.add_error("who", str(exc))
+        else:
+            user = added.membership.user
+            if added.invited:
+                notice = (
+                    f"Invited {user.email} as {added.membership.role}: their account “{user.username}” "
+                    "has no password yet."
+                )
+            else:
+                notice = f"Added {user.username} as {added.membership.role}."
+            return _done(
+                request, "org-members", org, notice, lambda n: _render_members(request, org, membership, notice=n)
+            )
+    return _render_members(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+
+
+@require_POST
+@login_required
+@_admin
+def member_role(request, org, membership, membership_id):
+    target = _member(org, membership_id)
+    try:
+        orgs.change_role(target, request.POST.get("role", ""))
+    except orgs.OrgError as exc:
+        return _render_members(
+            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+        )
+    if target.id == membership.id and target.role != Membership.Role.ADMIN:
+        # They demoted themselves: they can no longer manage the members page.
+        messages.success(request, "You are now a member of this organisation.")
+        return _hx_redirect(request, reverse("org-members", args=[org.slug]))
+    return _done(
+        request,
+        "org-members",
+        org,
+        f"{target.user.username} is now {target.role}.",
+        lambda n: _render_members(request, org, membership, notice=n),
+    )
+
+
+@require_POST
+@login_required
+@_admin
+def member_remove(request, org, membership, membership_id):
+    target = _member(org, membership_id)
+    try:
+        orgs.remove_member(target)
+    except orgs.OrgError as exc:
+        return _render_members(
+            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+        )
+    if target.id == membership.id:
+        messages.success(request, f"You left {org.name}.")
+        return _hx_redirect(request, reverse("org-list"))
+    return _done(
+        request,
+        "org-members",
+        org,
+        f"Removed {target.user.username}. Their personal memory stays theirs.",
+        lambda n: _render_members(request, org, membership, notice=n),
+    )
+
+
+@require_POST
+@login_required
+def leave(request, slug):
+    org, membership = _org(request, slug)
+    try:
+        orgs.remove_member(membership)
+    except orgs.OrgError as exc:
+        return _render_members(
+            request, org, membership, status=200 if request.htmx else 400, errors={membership.id: str(exc)}
+        )
+    messages.success(request, f"You left {org.name}. Your personal memory is unchanged.")
+    return _hx_redirect(request, reverse("org-list"))
+
+
+def _hx_redirect(request, url):
+    """A redirect that also works for htmx (which would otherwise swap the target page into a partial)."""
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return redirect(url)
+
+
+# --- API keys --------------------------------------------------------------------------------
+
+
+def _render_keys(request, org, membership, status=200, **extra):
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": "keys",
+        "keys": orgs.api_keys(org),
+        **_nav(org, membership),
+        **extra,
+    }
+    return _page(request, "orgs/keys.html", "keys", context, status=status)
+
+
+@require_GET
+@login_required
+@_admin
+def keys(request, org, membership):
+    # The new key travels once through the session after the POST, then is gone.
+    new_key = request.session.pop(NEW_KEY_SESSION, None)
+    if new_key and new_key.get("org") != org.id:
+        new_key = None
+    return _render_keys(request, org, membership, new_key=new_key)
+
+
+@require_POST
+@login_required
+@_admin
+def key_create(request, org, membership):
+    try:
+        api_key, secret = orgs.create_key(org, request.POST.get("name", ""))
+    except orgs.OrgError as exc:
+        return _render_keys(
+            request,
+            org,
+            membership,
+            status=200 if request.htmx else 400,
+            key_error=str(exc),
+            name=request.POST.get("name", ""),
+        )
+    new_key = {"org": org.id, "name": api_key.name, "key": secret}
+    if request.htmx:
+        return _render_keys(request, org, membership, new_key=new_key)
+    request.session[NEW_KEY_SESSION] = new_key
+    return redirect("org-keys", slug=org.slug)
+
+
+@require_POST
+@login_required
+@_admin
+def key_revoke(request, org, membership, key_id):
+    api_key = orgs.revoke_key(_api_key(org, key_id))
+    return _done(
+        request,
+        "org-keys",
+        org,
+        f"Revoked “{api_key.name}”. Agents using it now get 401.",
+        lambda n: _render_keys(request, org, membership, notice=n),
+    )
+
+
+# --- deleting the organisation -----------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@_admin
+def delete(request, org, membership):
+    error = None
+    if request.method == "POST":
+        if request.POST.get("confirm", "").strip() == org.slug:
+            name = org.name
+            orgs.delete_org(org)
+            messages.success(request, f"{name} was deleted. Every member's personal memory is unchanged.")
+            return _hx_redirect(request, reverse("org-list"))
+        error = f"Type {org.slug} exactly to confirm."
+    context = {"org": org, "membership": membership, "tab": "delete", "error": error, **_nav(org, membership)}
+    return render(request, "orgs/delete.html", context, status=400 if error else 200)

@@ -1,0 +1,86 @@
+"""bench_recall at smoke size: it runs, checks itself against numpy, and leaves the app's data alone."""
+
+import json
+from io import StringIO
+
+import psycopg
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection
+
+from bench import data as benchdata
+from bench import recall as recallbench
+from memoryapp.models import AgentSession, MemoryFact
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_smoke_run_writes_the_numbers_and_touches_nothing_of_the_app(tmp_path, make_user):
+    bystander = make_user("bystander")
+    app_db = connection.settings_dict["NAME"]
+    out, err, path = StringIO(), StringIO(), tmp_path / "recall.json"
+
+    call_command("bench_recall", "--smoke", "--json", str(path), stdout=out, stderr=err)
+
+    result = json.loads(path.read_text())
+    for part in ("full_ms", "db_ms"):
+        assert set(result["recall"][part]) == {"p50", "p95", "p99", "mean"}
+        assert 0 < result["recall"][part]["p50"] <= result["recall"][part]["p95"] <= result["recall"][part]["p99"]
+    agreement = result["recall"]["agreement"]
+    assert agreement["checked"] == 2 * result["recall"]["n"] and agreement["rate"] == 1.0
+    assert result["recall"]["block"]["facts_max"] <= result["limits"]["cap"]
+    search = result["vector_search"]
+    assert search["exact"]["agreement"] == 1.0 and search["exact"]["p95"] > 0
+    assert [h["uses_index"] for h in search["hnsw"]] == [True, True]
+    assert all(0 <= h["agreement"] <= 1 for h in search["hnsw"])
+    assert set(result["goals"]) == {"full_p95_le_20ms", "db_p95_le_5ms", "topk_agreement_100pct"}
+    assert result["size"]["facts"] == result["size"]["users"] * result["size"]["facts_per_user"]
+    assert result["machine"]["postgres"] and result["machine"]["pgvector"]
+    assert "whole recall" in out.getvalue() and "COPY facts" in err.getvalue()
+
+    # The app's own database is untouched, and the bench database is gone.
+    assert connection.settings_dict["NAME"] == app_db
+    assert list(get_user_model().objects.all()) == [bystander]
+    assert not MemoryFact.objects.exists() and not AgentSession.objects.exists()
+    params = recallbench._server_params()
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        bench_db = recallbench.Config.from_options(
+            {"smoke": True, "users": 1, "facts": 1, "recalls": 1, "vector_queries": 1, "seed": 1, "datasets": "."}
+        ).database
+        assert not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_db]).fetchone()
+
+
+def test_persona_sentences_are_told_in_the_third_person_with_kinds_by_rule():
+    assert benchdata.third_person("I have two dogs.") == "The user has two dogs."
+    assert benchdata.third_person("I'm a vegan and I love hummus.") == "The user is a vegan and they love hummus."
+    assert benchdata.third_person("My favorite color is yellow.") == "The user's favorite color is yellow."
+    assert benchdata.third_person("I don't like cats.") == "The user doesn't like cats."
+    assert benchdata.third_person("The sky is blue.") is None  # not about the user
+    assert benchdata.kind_of("The user is allergic to peanuts.") == "constraint"
+    assert benchdata.kind_of("The user wants to climb Everest.") == "goal"
+    assert benchdata.kind_of("The user loves jazz.") == "preference"
+    assert benchdata.kind_of("The user works as a nurse.") == "profile"
+
+
+def test_the_exact_reference_is_the_documented_selection():
+    """The numpy reference picks tier 1 by recency and tier 2 by similarity above the floor."""
+    import numpy as np
+
+    vectors = np.eye(4, dtype=np.float32)
+    data = recallbench.Dataset(
+        texts=["a", "b", "c", "d"],
+        kinds=np.array([1, 1, 2, 2], dtype=np.int8),  # profile, profile, preference, preference
+        vectors=vectors,
+        sentence=np.array([0, 1, 2, 3], dtype=np.int32),
+        ids=np.arange(64, dtype=np.uint8).reshape(4, 16),
+        created=np.array([1, 2, 3, 4]),
+        confirmed=np.array([10, 20, 30, 40]),
+        state=np.array([0, 0, 0, 1], dtype=np.int8),  # the last one is superseded
+        users=1,
+        per_user=4,
+    )
+    message = np.array([0, 0, 1, 1], dtype=np.float32) / 2**0.5
+    always, relevant, tie = recallbench.expected_selection(data, 0, message, "")
+    assert [a.bytes for a in always] == [bytes(data.ids[1]), bytes(data.ids[0])]
+    assert [r.bytes for r in relevant] == [bytes(data.ids[2])] and not tie

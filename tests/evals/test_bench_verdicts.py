@@ -1,0 +1,120 @@
+"""calibrate_embeddings and bench_verdicts: the floors in use come from the calibration, the derived
+pairs file is what the command makes, and the offline classifier gets the plain cases right."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from bench import common as benchmarks
+from evals import floors as calibration
+from evals import verdicts as ve
+from memoryapp import embeddings
+from memoryapp.backends import offline
+
+CONVAI = benchmarks.DEFAULT_DATASETS / "convai2_persona_triples"
+
+
+def run(command, *args):
+    out, err = io.StringIO(), io.StringIO()
+    call_command(command, *args, stdout=out, stderr=err)
+    return out.getvalue()
+
+
+def test_calibrate_embeddings_smoke_prints_distributions_and_floors(tmp_path):
+    path = tmp_path / "calibration.json"
+    out = run("calibrate_embeddings", "--smoke", "--json", str(path))
+    assert "pair_contradicts" in out and "message_irrelevant" in out
+    assert "neighbour" in out and "recall" in out
+    data = json.loads(path.read_text())
+    assert data["model"] == embeddings.model_name()
+    assert data["distributions"]["pair_duplicate"]["n"] == 3
+    assert -1 <= data["floors"]["recall"] < data["floors"]["neighbour"] <= 1
+    assert data["machine"]["cpus"] >= 1
+
+
+def test_shipped_floors_are_the_calibrated_ones():
+    report = calibration.calibrate(calibration.load_set())
+    assert embeddings.FLOORS[embeddings.MINILM_NAME] == report["floors"]
+    # the floors do what they are for on the labelled set
+    assert report["neighbour"]["kept_positive"] >= calibration.NEIGHBOUR_KEEP
+    assert report["recall"]["kept_positive"] > report["recall"]["kept_negative"]
+
+
+def test_calibration_set_is_big_enough_and_labelled():
+    data = calibration.load_set()
+    labels = [p["label"] for p in data["pairs"]]
+    assert len(data["pairs"]) + len(data["triples"]) >= 60
+    assert all(labels.count(label) >= 20 for label in calibration.PAIR_LABELS)
+    assert all(t["message"] and t["relevant"] != t["irrelevant"] for t in data["triples"])
+
+
+def test_floor_choice_separates_scores():
+    floor, rates = calibration.neighbour_floor([0.5, 0.6, 0.7, 0.8, 0.9] * 4, [0.1, 0.2, 0.3])
+    assert floor == 0.5 and rates["kept_positive"] == 1.0 and rates["kept_negative"] == 0.0
+    floor, rates = calibration.recall_floor([0.3, 0.35, 0.4, 0.5], [-0.1, 0.0, 0.05, 0.1])
+    assert 0.1 < floor <= 0.3 and rates["kept_positive"] == 1.0 and rates["kept_negative"] == 0.0
+
+
+def test_pair_rules_follow_the_triples():
+    statements = [
+        ("i live in ohio.", ("i", "live_in_citystatecountry", "ohio")),
+        ("ohio is where i live.", ("i", "live_in_citystatecountry", "ohio")),
+        ("i live in texas.", ("i", "live_in_citystatecountry", "texas")),
+        ("i have a dog.", ("i", "have_pet", "dog")),
+        ("i like to read books.", ("i", "like_activity", "reading")),
+    ]
+    pairs = ve.derive_pairs(statements, per_label=2, seed=1)
+    by_label = {label: [p for p in pairs if p["label"] == label] for label in ve.LABELS}
+    for p in by_label["DUPLICATE"]:
+        assert p["old_triple"] == p["new_triple"] and p["old_sentence"] != p["new_sentence"]
+    for p in by_label["CONTRADICTS"]:
+        assert p["old_triple"][1] == p["new_triple"][1] == "live_in_citystatecountry"
+        assert p["old_triple"][2] != p["new_triple"][2]
+    for p in by_label["INDEPENDENT"]:
+        assert p["old_triple"][1] != p["new_triple"][1]
+    assert by_label["DUPLICATE"] and by_label["CONTRADICTS"] and by_label["INDEPENDENT"]
+    assert by_label["CONTRADICTS"][0]["old"].startswith("The user lives in")
+
+
+def test_generated_pairs_file_is_what_the_command_derives():
+    shipped = [json.loads(line) for line in ve.GENERATED.read_text().splitlines()]
+    assert shipped == ve.generate_pairs(CONVAI, 300), "regenerate it: manage.py bench_verdicts"
+    assert len(shipped) <= 5000
+
+
+def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
+    path = tmp_path / "verdicts.json"
+    before = ve.GENERATED.read_bytes()
+    out = run("bench_verdicts", "--smoke", "--json", str(path))
+    assert "gold \\ predicted" in out and "macro-F1" in out and "DECODE" in out
+    assert ve.GENERATED.read_bytes() == before  # a smoke run never rewrites the committed file
+    data = json.loads(path.read_text())
+    test = data["pairs"]["test"]
+    assert test["classifier"]["n"] == 3 * 8
+    assert set(test["classifier"]["matrix"]) == set(ve.LABELS)
+    assert 0 <= test["with_floor"]["macro_f1"] <= 1
+    assert data["floor"] == embeddings.floor("neighbour")
+    assert data["decode"]["rct"]["classifier"]["false_contradicts_rate"] is not None
+    assert data["decode"]["human_bot"]["with_floor"]["accuracy"] is not None
+
+
+@pytest.mark.parametrize(
+    "old,new,verdict",
+    [
+        ("The user's code editor is Neovim.", "The user's code editor is VS Code.", "CONTRADICTS"),
+        ("The user lives in Berlin.", "The user moved to Lisbon.", "CONTRADICTS"),
+        ("The user is vegetarian.", "The user is not vegetarian.", "CONTRADICTS"),
+        ("The user is 34 years old.", "The user is 41 years old.", "CONTRADICTS"),
+        ("The user works as a nurse.", "The user works as a pilot.", "CONTRADICTS"),
+        ("The user's CI runs on Jenkins.", "The user's CI moved from Jenkins to GitHub Actions.", "CONTRADICTS"),
+        ("The user lives in Berlin.", "The user lives in Berlin now.", "DUPLICATE"),
+        ("The user has a dog named Biscuit.", "The user's dog is called Biscuit.", "DUPLICATE"),
+        ("The user's main database is PostgreSQL.", "The user uses Redis for caching.", "INDEPENDENT"),
+        ("The user works as a nurse.", "The user also works as a tutor at weekends.", "INDEPENDENT"),
+        ("The user uses Postgres.", "The user uses Redis.", "INDEPENDENT"),
+    ],
+)
+def test_offline_classifier_plain_cases(old, new, verdict):
+    assert offline.classify(old, new) == verdict

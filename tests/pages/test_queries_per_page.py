@@ -1,0 +1,99 @@
+"""The number of SQL queries behind a page must not grow with the number of facts (no N+1):
+"My memory", a fact's provenance page in the console, and the recall API, at 10 and 300 facts."""
+
+import json
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from memoryapp import clock, embeddings, sessions, writing
+from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
+
+pytestmark = pytest.mark.django_db
+
+KINDS = ("preference", "constraint", "profile", "goal")
+
+
+def memory_of(org, make_user, n):
+    """A person with `n` live facts (all kinds, all from one session and run) and a replaced fact."""
+    user = make_user(f"person-{n}", org=org)
+    session = AgentSession.objects.create(user=user, org=org, ended_at=clock.now(), extraction_status="done")
+    Turn.objects.create(user=user, session=session, ordinal=1, role="user", content="Lots about me.")
+    run = ExtractionRun.objects.create(
+        user=user, session=session, backend="scripted", model="scripted", prompt_version="v", input_hash="x"
+    )
+    rng = np.random.default_rng(n)
+    vectors = rng.normal(size=(n, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    facts = MemoryFact.objects.bulk_create(
+        MemoryFact(
+            user=user,
+            text=f"The user noted thing number {i}.",
+            kind=KINDS[i % 4],
+            embedding=vectors[i],
+            embedding_model=embeddings.model_name(),
+            source_session=session,
+            source_turns=[1],
+            extraction_run=run,
+        )
+        for i in range(n)
+    )
+    FactEvent.objects.bulk_create(
+        FactEvent(fact_id=f.id, user=user, action="created", actor="extractor", session=session) for f in facts
+    )
+    # One fact replaced by a newer one, so the provenance page has a chain to show.
+    newer = MemoryFact.objects.create(
+        user=user,
+        text="The user noted the newest thing.",
+        kind="profile",
+        embedding=vectors[0],
+        embedding_model=embeddings.model_name(),
+        source_session=session,
+        source_turns=[1],
+        extraction_run=run,
+    )
+    writing.supersede(facts[0], newer, reason="contradicts", actor=FactEvent.Actor.EXTRACTOR, session=session)
+    return user, newer
+
+
+def count(request):
+    request()  # warm caches that are per process, not per page (content types, key last-used)
+    with CaptureQueriesContext(connection) as ctx:
+        response = request()
+    assert response.status_code == 200, response.content[:500]
+    return len(ctx.captured_queries)
+
+
+@pytest.fixture
+def measure(org, make_user):
+    staff = make_user("support-person", is_staff=True)
+    _, key = sessions.create_api_key(org, "queries")
+
+    def pages(n):
+        user, fact = memory_of(org, make_user, n)
+        as_user, as_staff, agent = Client(), Client(), Client()
+        as_user.force_login(user)
+        as_staff.force_login(staff)
+        agent_session = sessions.open_session(org, user)
+        body = json.dumps({"session": str(agent_session.id), "message": "what did I note?", "refresh": True})
+        return {
+            "my memory": count(lambda: as_user.get(reverse("me:memory"))),
+            "fact provenance": count(lambda: as_staff.get(reverse("console-fact", args=[fact.id]))),
+            "recall API": count(
+                lambda: agent.post(
+                    "/api/v1/recall", body, content_type="application/json", headers={"Authorization": f"Bearer {key}"}
+                )
+            ),
+        }
+
+    return pages
+
+
+def test_queries_per_page_do_not_depend_on_fact_count(measure):
+    few, many = measure(10), measure(300)
+    assert few == many, f"queries per page with 10 facts {few} vs 300 facts {many}"
+    assert all(n > 0 for n in few.values())
