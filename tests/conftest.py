@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from bench.common import stop_processes
-from memoryapp import backends, clock, sessions
+from memoryapp import backends, clock, db, sessions
 from memoryapp.models import Membership, Organization
 
 
@@ -154,16 +154,9 @@ BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def worker_database_url():
     """A DATABASE_URL for the test database this process is using (for worker subprocesses)."""
-    from urllib.parse import quote, urlencode
-
     from django.db import connection
 
-    d = connection.settings_dict
-    auth = quote(d["USER"] or "") + (":" + quote(d["PASSWORD"]) if d["PASSWORD"] else ":")
-    host = d["HOST"] or ""
-    port = f":{d['PORT']}" if d["PORT"] else ""
-    query = {k: v for k, v in (d.get("OPTIONS") or {}).items() if k in ("host", "sslmode")}
-    return f"postgresql://{auth}@{host}{port}/{d['NAME']}" + (f"?{urlencode(query)}" if query else "")
+    return db.connection_url(connection)
 
 
 def _reset_celery_producers(app):

@@ -129,7 +129,7 @@ def test_pinned_model_files_are_verified(monkeypatch):
 
 def test_database_url_without_pgvector_stops_with_a_clear_message():
     # The machine's own PostgreSQL 15 has no pgvector.
-    result = run_manage("check", env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/postgres"})
+    result = run_manage("migrate", env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/postgres"})
     assert result.returncode != 0
     assert "pgvector" in result.stderr and "DATABASE_URL" in result.stderr
 

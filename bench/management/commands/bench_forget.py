@@ -10,14 +10,13 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from memoryapp import clock
+from memoryapp import clock, db
 from memoryapp.forgetting import NEVER_RECALLED
 from memoryapp.models import MemoryFact, Organization
 
@@ -55,7 +54,7 @@ class Command(BaseCommand):
             if batch:
                 cmd += ["--batch", str(batch)]
             started = time.monotonic()
-            subprocess.run(cmd, check=True, env={**os.environ, "DATABASE_URL": _current_database_url()})
+            subprocess.run(cmd, check=True, env={**os.environ, "DATABASE_URL": db.connection_url(connection)})
             wall = time.monotonic() - started
             child = json.load(open(out.name))
         peak_children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -125,9 +124,3 @@ class Command(BaseCommand):
                 MemoryFact.objects.bulk_create(chunk)
                 chunk = []
         MemoryFact.objects.bulk_create(chunk)
-
-
-def _current_database_url():
-    """DATABASE_URL pointing at the database this process uses (a test database too), for the child."""
-    parts = urlsplit(settings.DATABASE_URL)
-    return urlunsplit(parts._replace(path="/" + quote(connection.settings_dict["NAME"])))
