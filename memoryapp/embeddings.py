@@ -80,7 +80,12 @@ class Voyage:
     """Voyage AI's hosted embeddings (optional; needs VOYAGE_API_KEY)."""
 
     def __init__(self):
-        import voyageai  # optional: only a deployment that chooses Voyage needs it loaded
+        try:
+            import voyageai  # optional: not in requirements.txt (it pulls in ~30 packages)
+        except ImportError as exc:
+            raise EmbeddingError(
+                "EMBEDDING_BACKEND=voyage needs the voyageai package: pip install voyageai==0.5.0"
+            ) from exc
 
         self.name = settings.VOYAGE_MODEL
         self.client = voyageai.Client(api_key=settings.VOYAGE_API_KEY)
