@@ -3,16 +3,24 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test install browser lint check clean
+.PHONY: run test install install-dev browser lint check clean stop
 
+# What runs (requirements.txt), then the tools for tests, lint and benchmarks on top.
 $(STAMP): requirements.txt
-	$(PY) -m venv $(VENV)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 # Debian's Chromium drives the browser tests (Playwright never downloads a browser here).
 browser:
@@ -26,13 +34,17 @@ run: install
 	$(BIN)/python manage.py seed_demo
 	scripts/run
 
-test: install browser
+test: install-dev browser
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 clean:
 	rm -rf $(VENV) .data staticfiles
+
+# The embedded PostgreSQL keeps running between commands (a restart costs seconds); this stops it.
+stop:
+	$(BIN)/python manage.py embedded_db stop
