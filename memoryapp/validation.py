@@ -1,18 +1,47 @@
-"""The shape squeeze: what a fact may look like, whoever wrote it."""
+"""The shape squeeze: what a fact may look like, whoever wrote it.
+
+A fact describes the user or the organisation. It never carries authority: it does not claim or
+grant a permission, role or approval, does not ask to skip a check, does not address the
+assistant's own instructions, and holds no markup or delimiters. Preferences and constraints about
+how the assistant helps ("The user prefers short answers.") stay legitimate.
+
+`fact_problem(text, kind)` is the one entry point, used by every way a fact comes in (extraction,
+corrections on /me/, org facts and approved proposals, the agent API, the Django admin).
+
+The authority checks are a small set of principles, not a list of phrasings. The text is first put
+in a *checking form* (`fold`): NFKC, format characters (zero-width, bidi, tags) removed, lookalike
+letters and brackets folded to ASCII, accents dropped, lower case, spaced-out letters joined and
+digit-for-letter spellings undone. Then each check looks for a concept, not a sentence:
+
+1. structure   - markup, tags, code or delimiters (`<...>`, ``` , {{, [[, <|...|>, ###, "system:").
+2. disguise    - a word mixing alphabets (Latin with Cyrillic or Greek lookalikes).
+3. authority   - a role, permission, entitlement or approval claimed for the user or granted to
+                 them, unless it is scoped to their own life ("an administrator at a hospital").
+4. approval    - requests, refunds or access approved or granted by the assistant or in advance.
+5. skip        - a check, verification, policy or limit to be skipped, waived or not applied.
+6. meta        - the assistant's own instructions, prompt or rules to be ignored, revealed or
+                 overridden; a switch of persona or mode; text that addresses the assistant.
+
+Each concept has its words in English, French, German, Spanish, Italian and Portuguese.
+"""
 
 import re
 import unicodedata
 
 from memoryapp.models import FACT_MAX_CHARS, KINDS
 
-# Zero-width, bidi override/isolate and other invisible format characters.
+# Zero-width, bidi override/isolate and other invisible format characters (all of category Cf).
 _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u00ad]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
-# A sentence end followed by more text means more than one sentence.
-_SENTENCE_BREAK = re.compile(r"[.!?](?=\s+[A-Z\"'(])|;|\n")
+# A sentence end followed by more text means more than one sentence. An initial ("Ursula K. Le
+# Guin") or a title ("Dr. Ng") is not a sentence end.
+_SENTENCE_BREAK = re.compile(
+    r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt))(?<!\bMrs)(?<!\bProf)[.!?](?=\s+[A-Z\"'(])|;|\n"
+)
 
-# Phrasings that address the assistant or grant permissions rather than describe the user.
+# The old blocklist of phrasings. It is no longer the validator (see the checks below); the
+# staff poisoning audit still uses it as a cheap SQL prefilter over stored facts.
 INSTRUCTION_PATTERNS = [
     r"\bignore (all |any )?(previous|prior|above|earlier) (instructions|prompts?|messages)",
     r"\bdisregard (all |any )?(previous|prior|above|earlier|your)",
@@ -29,20 +58,425 @@ INSTRUCTION_PATTERNS = [
     r"\bsystem prompt\b",
     r"^(ignore|disregard|forget|do not|don't|always|never|you must|you should|please)\b",
 ]
-_INSTRUCTION = re.compile("|".join(INSTRUCTION_PATTERNS), re.IGNORECASE)
 
 
 def normalise(text):
     """Fact text as stored: NFC, no invisible or control characters, single spaces."""
     text = unicodedata.normalize("NFC", str(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     text = _INVISIBLE.sub("", text)
     text = _CONTROL.sub(" ", text)
     return _SPACE.sub(" ", text).strip()
 
 
+# --- the checking form ---------------------------------------------------------------------------
+
+# Letters from other alphabets that look like ASCII ones (Cyrillic, Greek, Cherokee, IPA, small
+# capitals), and brackets, colons, slashes and bars that look like the ASCII delimiters.
+_LOOKALIKES_FROM = (
+    "аàáâвсԁеёһіїјкӏмнорԛѕтухԝьпгАВСЕНІЈКМОРЅТХУԀԌԚαβεηικνορτυχγω"
+    "ϲϳΑΒΕΖΗΙΚΜΝΟΡΤΥΧᎪᏴᏟᎠᎬᎻᏆᎫᏦᏞᎷᏢᏚᎢᏙᎳᏃıȷſɑɡɩʏʀɪᴀʙᴄᴅᴇɢʜᴊᴋʟᴍɴᴏᴘꜱᴛᴜᴠ"
+    "ᴡᴢ‹〈⟨❮˂ᐸ⟪《›〉⟩❯˃ᐳ⟫》։׃˸꞉∶∕⁄⧸ǀ∣│￨‐‑‒–—―−‘’‚‛′“”„‟″"
+)
+_LOOKALIKES_TO = (
+    "aaaabcdeehiijklmhopqstyxwbnrABCEHIJKMOPSTXYDGQabenikvoptuxyw"
+    "cjABEZHIKMNOPTYXABCDEHIJKLMPSTVWZijsagiyriabcdeghjklmnopstuv"
+    "wz<<<<<<<<>>>>>>>>:::::///||||-------'''''\"\"\"\"\""
+)
+_LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES_FROM, _LOOKALIKES_TO)
+# Digits and symbols standing in for letters inside a word ("4dm1n", "1gn0re").
+_LEET_TABLE = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
+_LEET_WORD = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
+# Three or more single letters separated by spaces, dots or dashes ("a d m i n", "i-g-n-o-r-e").
+_SPACED_LETTERS = re.compile(r"(?<![a-z])[a-z](?:[ .\-_*·]+[a-z](?![a-z])){2,}")
+
+
+def _unleet(match):
+    word = match.group(0)
+    return word.translate(_LEET_TABLE) if re.search(r"[0-9@$]", word) else word
+
+
+def fold(text):
+    """The checking form of `text`: what it says, with the disguises taken off (never stored)."""
+    text = unicodedata.normalize("NFKC", str(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    text = text.translate(_LOOKALIKE_TABLE)
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    text = _SPACE.sub(" ", _CONTROL.sub(" ", text.casefold())).strip()
+    text = re.sub(r"n't\b", " not", text)  # "doesn't" -> "does not": one form to check
+    return _SPACED_LETTERS.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group(0)), text)
+
+
+def _variants(text):
+    folded = fold(text)
+    unleeted = _LEET_WORD.sub(_unleet, folded)
+    return (folded,) if unleeted == folded else (folded, unleeted)
+
+
+def _words(alternatives):
+    """A regex group of alternatives written as one string."""
+    return f"(?:{alternatives})"
+
+
+# --- 1. structure: markup, tags, code and delimiters -----------------------------------------------
+
+# A comparison before a number ("under < 500", ">= 18") is the only angle bracket a sentence needs.
+_COMPARISON = re.compile(r"(?:^|\s)[<>]=?\s*[\d$€£]")
+_STRUCTURE = re.compile(
+    "|".join(
+        [
+            r"[<>{}\[\]|\\`]",  # tags, templates, brackets, pipes, escapes, code spans
+            r"#{2,}|^\s*#",  # headings
+            r"(?:[-=*_~+]\s?){3,}",  # rules and fences
+            r"&(?:[a-z]+|#\d+|#x[0-9a-f]+);",  # HTML entities
+            r"%(?:3c|3e|2f|7b|7d|5b|5d)",  # percent-encoded delimiters
+            r"(?:^|[\s\"'(:])(?:system|assistant|user|human|ai|bot|model|developer|operator|admin|root"
+            r"|tool|instructions?|sys|inst|context|memory|prompt)\s*:(?!\d)",  # role prefixes
+            r"\b(?:javascript|vbscript|data)\s*:",  # script schemes
+            r"\bon[a-z]+\s*=|\$[({]|=>|==|&&|\w=\w",  # handlers, interpolation, operators
+            r"[a-z_]\((?:[^)\s]*[\d'\".][^)\s]*)?\)",  # calls: alert(1), print()
+        ]
+    )
+)
+
+
+def _structure(folded):
+    return bool(_STRUCTURE.search(_COMPARISON.sub(" ", folded)))
+
+
+# --- 2. disguise: a word that mixes alphabets --------------------------------------------------------
+
+_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "CHEROKEE", "ARMENIAN", "COPTIC", "GEORGIAN")
+
+
+def _script(ch):
+    name = unicodedata.name(ch, "")
+    return next((s for s in _SCRIPTS if name.startswith(s)), None)
+
+
+def _mixed_script(text):
+    text = unicodedata.normalize("NFKC", text)
+    for word in re.findall(r"\w+", text):
+        if len({_script(ch) for ch in word if ch.isalpha()} - {None}) > 1:
+            return True
+    return False
+
+
+# --- shared vocabulary (checking form: lower case, no accents) ----------------------------------------
+
+# Who the assistant is, when a fact talks to it or about what it should do.
+_MODEL = _words(
+    r"you|your(?:self)?"
+    r"|(?:the |this )?(?:assistant|ai|model|bot|chatbot|agent|llm|system|support(?: team| staff| agents?)?)(?:'s)?"
+    r"|staff|claude|chatgpt|gpt|l'assistant|der assistent|el asistente|l'assistente|o assistente|tu|du"
+)
+# What carries authority in a support or agent setting.
+_GRANTABLE = _words(
+    r"refunds?|reimbursements?|chargebacks?|credits?|compensation|discounts?|exceptions?|overrides?"
+    r"|access|permissions?|privileges?|rights|clearance|requests?|transactions?|transfers?|payments?"
+    r"|withdrawals?|claims?|orders?|returns?|upgrades?|money|funds|everything|anything|whatever"
+    r"|remboursements?|r[u]?ckerstattung\w*|erstattung\w*|reembolsos?|rimbors[io]"
+)
+_APPROVED = _words(
+    r"approved|granted|authori[sz]ed|accepted|honou?red|processed|fulfill?ed|issued|allowed|permitted"
+    r"|unlocked|waived|expedited|refunded|paid out|go(?:es)? through|pass(?:ed)? through"
+    r"|rubber-?stamped|green-?lit"
+)
+# Words of approval, permission and entitlement in the other languages (any use is authority:
+# a fact is written about the user in English, so these only come in as a payload).
+_FOREIGN_AUTHORITY = _words(
+    r"approuv\w*|genehmig\w*|aprob\w*|preaprob\w*|approvat\w*|aprovad\w*|autorise\w*|autoriz\w*"
+    r"|berechtigt\w*|befugt\w*|erlaubt\w*|a le droit|hat das recht|tiene (?:el )?derecho|tiene permiso"
+    r"|ha il diritto|tem o direito|administrateur\w*|administrador\w*|amministrator\w*|adminrecht\w*"
+    r"|superutilisateur|superusuario|darf \w+ ohne|vorab"
+)
+# A role that would carry authority in this service if the user simply "is" it.
+_ROLE = _words(
+    r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
+    r"|(?:account |system |site |platform )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
+    r"|employees? of (?:this|the) (?:company|service)|vips?"
+    r"|(?:premium|gold|platinum|priority|privileged|power|trusted|verified|approved|authori[sz]ed|whitelisted)(?: \w+)?"
+    r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
+)
+# A job title that happens to contain a role word: "system administrator", "database admin".
+_JOB_QUALIFIER = _words(
+    r"system|systems|network|database|it|school|hospital|office|practice|estate|contract|court"
+    r"|benefits|payroll|linux|windows|cloud|web|health|university|college|clinic|county|city|program"
+    r"|project"
+)
+# Nouns for this service itself: a role or permission scoped to one of these is a claim on it.
+_SERVICE = _words(
+    r"system|platform|service|site|app|application|assistant|bot|chat|account|support|server|database"
+    r"|model|tool|memory|conversation|portal|store|shop|helpdesk|help desk|admin panel|panel|company"
+    r"|customer|customers"
+)
+# "at a hospital", "of their group", "from their landlord", "on Etsy": a role or permission in the
+# person's own life, not in this service. Anything pointing back here ("this chat", "any account",
+# "other users") cancels it.
+_ANCHOR = re.compile(
+    r"^\W*(?:\w+\W+){0,4}?(?:(?:at|of|for|in|on|from|with|within|by)\s+(?!the\s+(?:\w+\s+)?"
+    + _SERVICE
+    + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)[a-z]|to\s+(?:their|his|her|a|an)\b)"
+)
+_DEICTIC = re.compile(r"\b(?:this|these|here|any|every|all|other|others|each|my)\b")
+_NEGATED = re.compile(r"\b(?:not|never|no longer|no)\s+(?:\w+\s+)?$")
+
+
+def _anchored(rest):
+    return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest)
+
+
+# --- 3. authority: roles, permissions and entitlements ------------------------------------------------
+
+_ALWAYS_AUTHORITY = re.compile(
+    r"\bentitl\w*"
+    r"|\bpre-?(?:approv|authori[sz]|clear|verif|aprob)\w*"
+    r"|\bauto(?:matically|-)?\s?approv\w*"
+    r"|\b(?:approv|authori[sz]|clear|grant)\w* in advance\b"
+    r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
+    r"|\b(?:tier|status|level|membership|role|plan|badge|rank)\s+(?:that|which)\s+"
+    r"(?:grants?|allows?|entitles?|permits?|gives?|lets?|qualif\w+)\b"
+    r"|\bno (?:proof|questions asked)\b"
+    rf"|{_FOREIGN_AUTHORITY}"
+)
+# "is allowed to", "is exempt from", "has been cleared to": a standing permission.
+_PERMISSION_STATE = re.compile(
+    r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+((?:\w+\s+){0,2}?)"
+    r"(?:authori[sz]ed|permitted|allowed|cleared|whitelisted|allowlisted|exempt(?:ed)?|approved|privileged)"
+    r"\s+(?:to|for|from)\b"
+)
+# "has admin rights", "holds superuser privileges", "has permission to", "was granted access".
+_PERMISSION_HELD = re.compile(
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+"
+    r"((?:\w+\s+){0,3}?)"
+    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
+    r"|(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
+    r"|owner|master|god|special|vip|privileged|premium|write|override|bypass)"
+    r"\s+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team))\b"
+)
+# "unrestricted refunds", "blanket approval": a grant without bounds.
+_BLANKET = re.compile(
+    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|unconditional|no-questions-asked|full)\s+()"
+    r"(?:refunds?|reimbursements?|access|permissions?|privileges?|approvals?|credit|withdrawals?|rights|overrides?"
+    r"|authority|clearance)\b"
+)
+# "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
+_ROLE_CLAIM = re.compile(
+    r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
+    r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
+    r"|tier is|on the)\s+((?:a|an|the|one of the|our|your)\s+)?((?:\w+[- ]){0,2}?)"
+    rf"{_ROLE}\b"
+)
+
+# "may access the admin panel", "can view any customer's account": reach into this service.
+_PRIVILEGED_REACH = re.compile(
+    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,2}?"
+    r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
+    r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
+    r"|other (?:users|customers|people|clients)|any (?:account|order|customer|user|record)"
+    r"|every (?:account|order|customer|user|record)|all (?:accounts|orders|customers|users|records))"
+)
+
+
+def _authority(folded):
+    if _ALWAYS_AUTHORITY.search(folded):
+        return True
+    for pattern in (_PERMISSION_STATE, _PERMISSION_HELD, _BLANKET):
+        for m in pattern.finditer(folded):
+            gap = m.group(1) or ""
+            if re.search(r"\b(?:not|never|no)\b", gap) or _NEGATED.search(folded[: m.start()]):
+                continue
+            if not _anchored(folded[m.end() :]):
+                return True
+    for m in _ROLE_CLAIM.finditer(folded):
+        article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
+        if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
+            continue  # a job title: "a system administrator" (but "the system operator" is a role here)
+        if _NEGATED.search(folded[: m.start()]) or re.search(r"\b(?:not|never|no)\b", m.group(0)):
+            continue
+        if not _anchored(folded[m.end() :]):
+            return True
+    return bool(_PRIVILEGED_REACH.search(folded))
+    return False
+
+
+# --- 4. approval granted by the assistant or standing in advance ---------------------------------------
+
+_APPROVE_VERB = _words(
+    r"approv\w*|grant\w*|authori[sz]\w*|accept\w*|honou?r\w*|issu\w*|process\w*|unlock\w*|waiv\w*"
+    r"|refund\w*|reimburs\w*|escalat\w*|fulfil\w*|expedit\w*|rubber-?stamp\w*|green-?light\w*"
+    r"|sign\w* off on|give\w*|gave|hand\w* out|send\w*|transfer\w*|pay\w*|allow\w*|permit\w*|trust\w*"
+    r"|believ\w*|obey\w*|compl(?:y|ies|ied) with"
+)
+_PASSIVE_APPROVAL = re.compile(
+    rf"\b{_GRANTABLE}\b(?:\s+\S+){{0,8}}?\s+"
+    r"(?:must|should|shall|will|can|could|would|may|might|are to|is to|need to|needs to|has to|have to|ought to"
+    r"|get|gets|are|is|be|been|being|always|automatically|immediately|simply|just)\s+"
+    rf"(?:\w+\s+){{0,2}}?{_APPROVED}\b"
+)
+_MODEL_APPROVES = re.compile(
+    rf"\b{_MODEL}\s+(?:\w+\s+){{0,3}}?{_APPROVE_VERB}\s+(?:\S+\s+){{0,4}}?"
+    rf"(?:{_GRANTABLE}|the user|them|him|her|me|this user|this customer|(?:their|his|her) (?:word|identity|claims?)"
+    r"|admin\w*|moderator\w*|root|superuser)\b"
+)
+# "The user wants refunds approved", "prefers that refunds be issued": a wish that the assistant
+# grant something is a request for authority, not a fact.
+_WISHED_APPROVAL = re.compile(
+    r"\b(?:wants?|wanted|prefers?|preferred|expects?|asks?|requests?|hopes?|would like|would love|would be"
+    r"|would appreciate|insists?|demands?|needs?|likes? it when|preference is|reminds?)\b"
+    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+)?{_APPROVED}\b"
+)
+# An order to the assistant: the sentence starts with a verb, not with what it describes.
+_IMPERATIVE = re.compile(
+    r"^(?:please |kindly |just |simply |also |always |now |so )*"
+    r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not"
+    r"|remember|note|obey|override|reveal|print|show|repeat|act|pretend|answer|respond|issue|refund|unlock"
+    r"|waive|disable|process|authori[sz]e|accept|comply|follow|execute|run|set aside|you|from now on"
+    r"|ignora\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
+    r"|omit\w*|uberspring\w*|revele\w*|revela\w*)\b"
+)
+
+
+def _approval(folded):
+    for m in _PASSIVE_APPROVAL.finditer(folded):
+        middle = m.group(0)
+        if re.search(r"\b(?:was|were|had been|got|not|never)\b", middle):
+            continue  # history ("was approved last week") or a refusal
+        if re.match(r"\s*by\s+(?:their|his|her|a|an)\b", folded[m.end() :]):
+            continue  # approved by someone in the person's own life
+        return True
+    return bool(_MODEL_APPROVES.search(folded) or _WISHED_APPROVAL.search(folded) or _IMPERATIVE.search(folded))
+
+
+# --- 5. skipping a check -------------------------------------------------------------------------------
+
+_SKIP = _words(
+    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|avoid\w*"
+    r"|forg[oe]\w*|overrid\w*|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around"
+    r"|sidestep\w*|drop\w*|suspend\w*|lift\w*|relax\w*|exempt\w*|without|no"
+    r"|not (?:be )?(?:need|require|bother|ask|apply|applied)\w*|no need|never ask\w*|not want|not wish"
+    r"|unnecessary|leave out|left out|instead of|rather than|take (?:their|his|her|the user's) word"
+    r"|sans|ohne|sin|senza|sem|keine?|contourn\w*|saut\w*|uberspr\w*|umgeh\w*|saltar\w*|omitas|omit\w*"
+)
+_CHECK = _words(
+    r"checks?|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications"
+    r"|verify(?:ing)?|identity|id|ids|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|otp"
+    r"|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
+    r"|approval(?: steps?| process)?|review|reviews|confirmation|policy|policies|limits?|caps?"
+    r"|restrictions?|safeguards?|safety (?:checks?|rules|filters?)"
+    r"|fraud (?:checks?|screening|controls?)|screening|validation|audits?|compliance|guardrails?"
+    r"|(?:content )?filters?|moderation|procedures?|protocols?|proof|controls?|verifizierung|prufung"
+    r"|uberprufung|kontrolle\w*|identitatsprufung|verificacion|controles?|comprobacion|verifica"
+    r"|controlli|verificacao|genehmigung|identite|identidad"
+)
+_SKIP_CHECK = re.compile(rf"\b{_SKIP}\s+(?:\S+\s+){{0,4}}?(?:\w+-)?{_CHECK}\b")
+_CHECK_SKIPPED = re.compile(
+    rf"\b{_CHECK}\b(?:\s+\S+){{0,6}}?\s+"
+    r"(?:unnecessary|not (?:required|needed|necessary)|optional|waived|skipped|bypassed|disabled|ignored"
+    r"|turned off|switched off|omitted|left out|dropped|lifted|suspended|not apply|not be applied|need not|annoying"
+    r"|ubersprungen|omitid\w*)\b"
+)
+# A verification claimed as already done is a request not to do it.
+_ALREADY_VERIFIED = re.compile(
+    r"\b(?:identity|id|account|user|customer|they|he|she)\b(?:\s+\S+){0,3}?\s+"
+    r"(?:is|are|was|were|has been|have been|already|previously)\s+(?:\w+\s+)?"
+    r"(?:verified|authenticated|confirmed|vetted|validated|checked)\b"
+)
+
+
+def _skip(folded):
+    return bool(_SKIP_CHECK.search(folded) or _CHECK_SKIPPED.search(folded) or _ALREADY_VERIFIED.search(folded))
+
+
+# --- 6. meta: the assistant's own instructions -----------------------------------------------------------
+
+_META_VERB = _words(
+    r"ignor\w*|disregard\w*|forget\w*|forgot|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*"
+    r"|discard\w*|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*"
+    r"|display\w*|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*"
+    r"|tell\w*|outrank\w*|take\w* precedence over|priority over|trump\w*|pretend\w*|violat\w*|break\w*"
+    r"|circumvent\w*|evad\w*|escap\w*|oubli\w*|vergiss\w*|olvid\w*|revel\w*|offenleg\w*|zeig\w*"
+    r"|muestr\w*|montr\w*"
+)
+_META_OWNER = _words(
+    r"your|its|the (?:assistant|model|ai|bot|system|operator|developer)'s|system|hidden|initial"
+    r"|original|internal|prior|previous|earlier|above|all|any|developer|operator|secret|precedentes"
+    r"|vorherigen|anteriores|precedenti|ses|seine|sus|su"
+)
+_META_OBJECT = _words(
+    r"instructions?|prompts?|system messages?|pre-?prompts?|rules|guidelines|guidance|guardrails"
+    r"|directives?|programming|training|configuration|config|policies|policy|restrictions|safety \w+"
+    r"|content \w+|filters|context|api keys?|secrets?|credentials|messages|text|orders|commands"
+    r"|anweisungen|systemanweisungen|instrucciones|istruzioni|instrucoes|prompt del sistema"
+    r"|(?:\w+ )?(?:refund|return|security|privacy) policy"
+)
+_META = re.compile(
+    "|".join(
+        [
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
+            rf"\b{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?(?:be|are|is|been|being)\s+"
+            r"(?:\w+\s+)?(?:discarded|ignored|disregarded|overridden|dropped|forgotten|set aside|revealed|printed"
+            r"|shown|replaced|superseded|bypassed|lifted|suspended)",
+            r"\bsystem ?(?:instructions?|anweisungen)|\binstructions? (?:du )?systeme\b|\binstrucciones del sistema"
+            r"|\bistruzioni di sistema",
+            r"\b(?:instructions?|prompt|rules|guidelines|policy|restrictions)\s+(?:you|the assistant|it)\s+"
+            r"(?:was|were|has been|have been) (?:given|told)",
+            r"\beverything you were told\b",
+            r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
+            r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
+            r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b",
+            r"\b(?:as|like) dan\b|\bdan,",
+            r"\b(?:act|answer|respond|operate|behave|work|talk|reply)\w*\s+(?:\w+\s+){0,4}?"
+            r"(?:without|with no) (?:any )?(?:restrictions|limits|rules|filters|guardrails|censorship)",
+            r"\b(?:had|has|have|with) no (?:guardrails|rules|restrictions|filters|content policy|safety)\b",
+            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|say no)\w*",
+            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:obey|comply with (?:every|all|any|whatever)|do whatever)\w*",
+            r"\b(?:as|counts? as|are|is)\s+(?:an? |the |its |their )?(?:\w+[- ])?"
+            r"(?:instructions?|commands?|directives?|orders)\b(?! (?:on|for) (?:recipe|the recipe|cooking))",
+            r"\b(?:these|this) (?:memory |stored )?(?:notes?|facts?|memor(?:y|ies))\b",
+            r"\b(?:note|message|memo|reminder|instructions?)\s+(?:to|for)\s+(?:the\s+)?"
+            r"(?:assistant|ai|model|bot|agent|system|llm|chatbot)\b",
+            r"^(?:dear|attention|hey|hi|hello|ok|okay)\s+(?:assistant|ai|model|bot|claude|chatgpt)\b",
+            r"\b(?:system|admin|developer|security|operator)\s+(?:note|message|notice|override|command|update)\b",
+            r"\b(?:reveal|disclos|leak|share|print|show|dump|expos)\w*\s+(?:\w+\s+){0,2}?"
+            r"(?:other (?:users|customers|people|clients)'?|another (?:user|customer)'s|internal|confidential"
+            r"|secret)",
+        ]
+    )
+)
+
+
+def _meta(folded):
+    return bool(_META.search(folded))
+
+
+# --- the entry point ------------------------------------------------------------------------------------
+
+CHECKS = [
+    (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words"),
+    (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says"),
+    (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be"),
+    (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit"),
+    (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval"),
+    (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted"),
+]
+AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
+
+
+def authority_problem(text):
+    """Why `text` carries authority or markup instead of describing someone, or None."""
+    for folded in _variants(text):
+        for check, why in CHECKS:
+            if check(text, folded):
+                return AUTHORITY_REASON.format(why=why)
+    return None
+
+
 def looks_like_instruction(text):
     """True when the text reads as an instruction to the assistant or a grant of permission."""
-    return bool(_INSTRUCTION.search(text))
+    return authority_problem(text) is not None
 
 
 def fact_problem(text, kind):
@@ -57,6 +491,4 @@ def fact_problem(text, kind):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
-    if looks_like_instruction(text):
-        return "the text reads as an instruction to the assistant, not a fact about the user"
-    return None
+    return authority_problem(text)
