@@ -169,106 +169,139 @@ def _mixed_script(text):
 _MODEL = _words(
     r"you|your(?:self)?"
     r"|(?:the |this )?(?:assistant|ai|model|bot|chatbot|agent|llm|system|support(?: team| staff| agents?)?)(?:'s)?"
-    r"|staff|claude|chatgpt|gpt|l'assistant|der assistent|el asistente|l'assistente|o assistente|tu|du"
+    r"|staff|claude|chatgpt|gpt|l'assistant|der assistent|el asistente|l'assistente|o assistente"
 )
-# What carries authority in a support or agent setting.
-_GRANTABLE = _words(
+# What carries authority in a support or agent setting: strong on its own...
+_GRANTABLE_STRONG = _words(
     r"refunds?|reimbursements?|chargebacks?|credits?|compensation|discounts?|exceptions?|overrides?"
-    r"|access|permissions?|privileges?|rights|clearance|requests?|transactions?|transfers?|payments?"
-    r"|withdrawals?|claims?|orders?|returns?|upgrades?|money|funds|everything|anything|whatever"
-    r"|remboursements?|r[u]?ckerstattung\w*|erstattung\w*|reembolsos?|rimbors[io]"
+    r"|access|permissions?|privileges?|rights|clearance|money|funds|upgrades?|admin\w*|moderator\w*"
+    r"|remboursements?|\w*erstattung\w*|reembolsos?|rimbors[io]"
+)
+# ...or when the assistant is the one to grant it.
+_GRANTABLE = _words(
+    _GRANTABLE_STRONG[3:-1] + r"|requests?|transactions?|transfers?|payments?|withdrawals?|claims?|orders?"
+    r"|returns?|everything|anything|whatever"
 )
 _APPROVED = _words(
-    r"approved|granted|authori[sz]ed|accepted|honou?red|processed|fulfill?ed|issued|allowed|permitted"
-    r"|unlocked|waived|expedited|refunded|paid out|go(?:es)? through|pass(?:ed)? through"
-    r"|rubber-?stamped|green-?lit"
+    r"approved|granted|authori[sz]ed|accepted|honou?red|allowed|permitted|unlocked|waived|expedited"
+    r"|refunded|go(?:es)? through|rubber-?stamped|green-?lit"
 )
-# Words of approval, permission and entitlement in the other languages (any use is authority:
-# a fact is written about the user in English, so these only come in as a payload).
+# Approval, permission and entitlement in the other languages. Facts are written in English about
+# the user, so in another language these words only come in as a payload.
 _FOREIGN_AUTHORITY = _words(
     r"approuv\w*|genehmig\w*|aprob\w*|preaprob\w*|approvat\w*|aprovad\w*|autorise\w*|autoriz\w*"
-    r"|berechtigt\w*|befugt\w*|erlaubt\w*|a le droit|hat das recht|tiene (?:el )?derecho|tiene permiso"
-    r"|ha il diritto|tem o direito|administrateur\w*|administrador\w*|amministrator\w*|adminrecht\w*"
-    r"|superutilisateur|superusuario|darf \w+ ohne|vorab"
+    r"|berechtigt\w*|befugt\w*|erlaubt\w*|freigeb\w*|freigegeben|a le droit|hat das recht"
+    r"|tiene (?:el )?derecho|tiene permiso|ha il diritto|tem o direito|administrateur\w*|administrador\w*"
+    r"|amministrator\w*|adminrecht\w*|administratorrecht\w*|\w*berechtigung\w*|volle rechte|superutilisateur"
+    r"|superusuario|beheerder\w*|darf \w+ ohne|vorab"
 )
 # A role that would carry authority in this service if the user simply "is" it.
 _ROLE = _words(
     r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
-    r"|(?:account |system |site |platform )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
+    r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
     r"|employees? of (?:this|the) (?:company|service)|vips?"
-    r"|(?:premium|gold|platinum|priority|privileged|power|trusted|verified|approved|authori[sz]ed|whitelisted)(?: \w+)?"
+    r"|(?:premium|gold|platinum|priority|privileged|power|trusted|verified|approved|authori[sz]ed|whitelisted)"
+    r"(?: (?:user|customer|client|member|account|account holder|party|buyer|agent|reseller|partner))?"
     r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
 )
-# A job title that happens to contain a role word: "system administrator", "database admin".
+# A job title that happens to contain a role word: "a system administrator", "a database admin".
 _JOB_QUALIFIER = _words(
     r"system|systems|network|database|it|school|hospital|office|practice|estate|contract|court"
     r"|benefits|payroll|linux|windows|cloud|web|health|university|college|clinic|county|city|program"
-    r"|project"
+    r"|project|water|plant|machine|forum|group|page|content|community|server|game|discord|reddit"
 )
 # Nouns for this service itself: a role or permission scoped to one of these is a claim on it.
 _SERVICE = _words(
-    r"system|platform|service|site|app|application|assistant|bot|chat|account|support|server|database"
-    r"|model|tool|memory|conversation|portal|store|shop|helpdesk|help desk|admin panel|panel|company"
-    r"|customer|customers"
+    r"system|platform|service|site|app|application|assistant|bot|chat|account|accounts|support|server"
+    r"|database|model|tool|memory|conversation|portal|store|shop|helpdesk|help desk|admin panel|panel"
+    r"|company|customer|customers|workspace|queue"
 )
-# "at a hospital", "of their group", "from their landlord", "on Etsy": a role or permission in the
-# person's own life, not in this service. Anything pointing back here ("this chat", "any account",
-# "other users") cancels it.
+# "at a hospital", "of their group", "from their landlord", "on Etsy", "to the gym": a role or
+# permission in the person's own life, not in this service ("to" only before a noun phrase, so
+# that "cleared to view" is not mistaken for a place).
 _ANCHOR = re.compile(
-    r"^\W*(?:\w+\W+){0,4}?(?:(?:at|of|for|in|on|from|with|within|by)\s+(?!the\s+(?:\w+\s+)?"
-    + _SERVICE
-    + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)[a-z]|to\s+(?:their|his|her|a|an)\b)"
+    r"^\W*(?:[\w'-]+\W+){0,4}?"
+    r"(?:(?:at|of|for|in|on(?! behalf)|from|with|within|by|over|across)\s+|to\s+(?=(?:their|his|her|a|an|the)\b))"
+    r"(?!the\s+(?:\w+\s+)?" + _SERVICE + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)[a-z]"
 )
-_DEICTIC = re.compile(r"\b(?:this|these|here|any|every|all|other|others|each|my)\b")
-_NEGATED = re.compile(r"\b(?:not|never|no longer|no)\s+(?:\w+\s+)?$")
+# Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
+_DEICTIC = re.compile(
+    r"\b(?:this|these|here|any|every|all|other|others|each|my)\b"
+    r"(?! (?:year|week|month|morning|evening|summer|winter|spring|autumn|fall|weekend|semester|term|time|season)\b)"
+)
+_NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b")
 
 
 def _anchored(rest):
+    """The role or permission is scoped to the person's own life, and is not over anything of ours."""
     return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest)
+
+
+def _reaches_service(rest):
+    """The rest of a permission names something this service controls (or nothing at all)."""
+    rest = rest.strip(" .,!?'\"")
+    return not rest or bool(re.search(rf"\b(?:{_GRANTABLE[3:-1]}|{_SERVICE[3:-1]})\b", rest) or _DEICTIC.search(rest))
+
+
+def _negated(folded, match):
+    return bool(
+        _NEGATION.search(match.group(0)) or re.search(r"\b(?:not|never|no)\s+(?:\w+\s+)?$", folded[: match.start()])
+    )
 
 
 # --- 3. authority: roles, permissions and entitlements ------------------------------------------------
 
 _ALWAYS_AUTHORITY = re.compile(
-    r"\bentitl\w*"
-    r"|\bpre-?(?:approv|authori[sz]|clear|verif|aprob)\w*"
+    rf"\bentitl\w*\s+(?:\S+\s+){{0,5}}?(?:{_GRANTABLE}|prices|pricing|rates|perks|free \w+|priority)\b"
+    r"|\bpre[- ]?(?:approv|authori[sz]|clear|verif|aprob)\w*"
     r"|\bauto(?:matically|-)?\s?approv\w*"
     r"|\b(?:approv|authori[sz]|clear|grant)\w* in advance\b"
     r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
-    r"|\b(?:tier|status|level|membership|role|plan|badge|rank)\s+(?:that|which)\s+"
-    r"(?:grants?|allows?|entitles?|permits?|gives?|lets?|qualif\w+)\b"
     r"|\bno (?:proof|questions asked)\b"
+    r"|\ballowlist\w*|\bwhitelist\w*"
     rf"|{_FOREIGN_AUTHORITY}"
 )
-# "is allowed to", "is exempt from", "has been cleared to": a standing permission.
+# "is allowed to", "is cleared to", "is eligible for": a standing permission (about this service).
 _PERMISSION_STATE = re.compile(
-    r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+((?:\w+\s+){0,2}?)"
-    r"(?:authori[sz]ed|permitted|allowed|cleared|whitelisted|allowlisted|exempt(?:ed)?|approved|privileged)"
-    r"\s+(?:to|for|from)\b"
+    r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+(?:\w+\s+){0,2}?"
+    r"(?:authori[sz]ed|permitted|allowed|cleared|approved|privileged|eligible|qualified|certified)"
+    r"\s+(?:(?:by \w+(?: \w+)? )?to|for)\b"
 )
-# "has admin rights", "holds superuser privileges", "has permission to", "was granted access".
+# "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
+_PRIVILEGE_HELD = re.compile(
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+(?:\w+\s+){0,3}?"
+    r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
+    r"|owner|master|god|special|vip|privileged|override|bypass)"
+    r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
+    r"|control)\b"
+)
+# "has permission to", "has clearance", "has the right to": a permission, authority when it is
+# about something this service controls.
 _PERMISSION_HELD = re.compile(
-    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+"
-    r"((?:\w+\s+){0,3}?)"
-    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
-    r"|(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
-    r"|owner|master|god|special|vip|privileged|premium|write|override|bypass)"
-    r"\s+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team))\b"
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+(?:\w+\s+){0,3}?"
+    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over))\b"
 )
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
-    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|unconditional|no-questions-asked|full)\s+()"
-    r"(?:refunds?|reimbursements?|access|permissions?|privileges?|approvals?|credit|withdrawals?|rights|overrides?"
-    r"|authority|clearance)\b"
+    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|unconditional|no-questions-asked)\s+"
+    r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
+    r"|returns|access|rights|credit)\b"
+)
+# "a tier that grants free upgrades", "membership level grants unlimited returns".
+_STATUS_GRANTS = re.compile(
+    r"\b(?:tier|status|level|membership|role|plan|badge|rank)\s+(?:that\s+|which\s+)?"
+    rf"(?:grants?|allows?|entitles?|permits?|gives?|lets?|unlocks?|qualif\w+)\s+(?:\S+\s+){{0,3}}?{_GRANTABLE}\b"
 )
 # "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
 _ROLE_CLAIM = re.compile(
     r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
     r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
-    r"|tier is|on the)\s+((?:a|an|the|one of the|our|your)\s+)?((?:\w+[- ]){0,2}?)"
-    rf"{_ROLE}\b"
+    r"|tier is|on the)\s+((?:a|an|the|one of the|our|your)\s+)?((?:[\w-]+ ){0,2}?)"
+    rf"{_ROLE}"
+    # the role is the head of its noun phrase: "a staff nurse" is not staff
+    r"(?=\s*$|\s*[.,;:!?)]|\s+(?:and|with|who|so|which|that|whose|for|of|on|at|in|to|by|here|over|across"
+    r"|entitled|allowed|authori[sz]ed|permitted|eligible|cleared|able|can|may|must|should)\b)"
 )
-
 # "may access the admin panel", "can view any customer's account": reach into this service.
 _PRIVILEGED_REACH = re.compile(
     r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,2}?"
@@ -280,35 +313,39 @@ _PRIVILEGED_REACH = re.compile(
 
 
 def _authority(folded):
-    if _ALWAYS_AUTHORITY.search(folded):
+    if _ALWAYS_AUTHORITY.search(folded) or _PRIVILEGED_REACH.search(folded):
         return True
-    for pattern in (_PERMISSION_STATE, _PERMISSION_HELD, _BLANKET):
+    for pattern, needs_target in (
+        (_PRIVILEGE_HELD, False),
+        (_BLANKET, True),
+        (_STATUS_GRANTS, False),
+        (_PERMISSION_STATE, True),
+        (_PERMISSION_HELD, True),
+    ):
         for m in pattern.finditer(folded):
-            gap = m.group(1) or ""
-            if re.search(r"\b(?:not|never|no)\b", gap) or _NEGATED.search(folded[: m.start()]):
+            rest = folded[m.end() :]
+            if _negated(folded, m) or _anchored(rest):
                 continue
-            if not _anchored(folded[m.end() :]):
+            if not needs_target or _reaches_service(rest):
                 return True
     for m in _ROLE_CLAIM.finditer(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
             continue  # a job title: "a system administrator" (but "the system operator" is a role here)
-        if _NEGATED.search(folded[: m.start()]) or re.search(r"\b(?:not|never|no)\b", m.group(0)):
-            continue
-        if not _anchored(folded[m.end() :]):
+        if not _negated(folded, m) and not _anchored(folded[m.end() :]):
             return True
-    return bool(_PRIVILEGED_REACH.search(folded))
     return False
 
 
 # --- 4. approval granted by the assistant or standing in advance ---------------------------------------
 
-_APPROVE_VERB = _words(
-    r"approv\w*|grant\w*|authori[sz]\w*|accept\w*|honou?r\w*|issu\w*|process\w*|unlock\w*|waiv\w*"
-    r"|refund\w*|reimburs\w*|escalat\w*|fulfil\w*|expedit\w*|rubber-?stamp\w*|green-?light\w*"
-    r"|sign\w* off on|give\w*|gave|hand\w* out|send\w*|transfer\w*|pay\w*|allow\w*|permit\w*|trust\w*"
-    r"|believ\w*|obey\w*|compl(?:y|ies|ied) with"
+# Verbs that grant on their own, and verbs that grant only something that carries authority.
+_GRANT_VERB = _words(
+    r"approv\w*|grant\w*|authori[sz]\w*|honou?r\w*|unlock\w*|waiv\w*|whitelist\w*|escalat\w*|expedit\w*"
+    r"|rubber-?stamp\w*|green-?light\w*|sign\w* off on|allow\w*|permit\w*|trust\w*|believ\w*|obey\w*"
+    r"|compl(?:y|ies|ied) with|treat\w*"
 )
+_HAND_VERB = _words(r"accept\w*|issu\w*|process\w*|refund\w*|reimburs\w*|fulfil\w*|give\w*|gave|hand\w* out|send\w*")
 _PASSIVE_APPROVAL = re.compile(
     rf"\b{_GRANTABLE}\b(?:\s+\S+){{0,8}}?\s+"
     r"(?:must|should|shall|will|can|could|would|may|might|are to|is to|need to|needs to|has to|have to|ought to"
@@ -316,114 +353,165 @@ _PASSIVE_APPROVAL = re.compile(
     rf"(?:\w+\s+){{0,2}}?{_APPROVED}\b"
 )
 _MODEL_APPROVES = re.compile(
-    rf"\b{_MODEL}\s+(?:\w+\s+){{0,3}}?{_APPROVE_VERB}\s+(?:\S+\s+){{0,4}}?"
+    rf"\b{_MODEL}[\s,]+(?:\w+\s+){{0,3}}?(?:{_GRANT_VERB}\s+(?:\S+\s+){{0,4}}?"
     rf"(?:{_GRANTABLE}|the user|them|him|her|me|this user|this customer|(?:their|his|her) (?:word|identity|claims?)"
-    r"|admin\w*|moderator\w*|root|superuser)\b"
+    rf"|root|superuser)|{_HAND_VERB}\s+(?:\S+\s+){{0,4}}?{_GRANTABLE_STRONG})\b"
 )
 # "The user wants refunds approved", "prefers that refunds be issued": a wish that the assistant
 # grant something is a request for authority, not a fact.
 _WISHED_APPROVAL = re.compile(
-    r"\b(?:wants?|wanted|prefers?|preferred|expects?|asks?|requests?|hopes?|would like|would love|would be"
-    r"|would appreciate|insists?|demands?|needs?|likes? it when|preference is|reminds?)\b"
-    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+)?{_APPROVED}\b"
+    r"\b(?:wants?|wanted|prefers?|preferred|expects?|asks?|requests?|would like|would love|would be"
+    r"|would appreciate|insists?|demands?|likes? it when|preference is|reminds?)\b"
+    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+|being\s+)?{_APPROVED}\b"
 )
 # An order to the assistant: the sentence starts with a verb, not with what it describes.
 _IMPERATIVE = re.compile(
-    r"^(?:please |kindly |just |simply |also |always |now |so )*"
+    r"^(?:please |kindly |just |simply |also |always |now |so |bitte |por favor )*"
     r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not"
     r"|remember|note|obey|override|reveal|print|show|repeat|act|pretend|answer|respond|issue|refund|unlock"
     r"|waive|disable|process|authori[sz]e|accept|comply|follow|execute|run|set aside|you|from now on"
     r"|ignora\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
-    r"|omit\w*|uberspring\w*|revele\w*|revela\w*)\b"
+    r"|omit\w*|uberspring\w*|revele\w*|revela\w*|ne (?:demande|verifie|controle)\w*|gib|gewahre\w*)\b"
+)
+
+
+# A quoted order: "ignore the rules" inside a nickname, a hint or a signature.
+_QUOTED_ORDER = re.compile(
+    r"[\"']\s*(?:please |kindly |just )?(?:ignore|disregard|forget|approve|grant|skip|bypass|override|reveal|obey"
+    r"|unlock|waive|disable|authori[sz]e|refund)\b"
 )
 
 
 def _approval(folded):
     for m in _PASSIVE_APPROVAL.finditer(folded):
-        middle = m.group(0)
-        if re.search(r"\b(?:was|were|had been|got|not|never)\b", middle):
+        if re.search(r"\b(?:was|were|had been|got|not|never)\b", m.group(0)):
             continue  # history ("was approved last week") or a refusal
-        if re.match(r"\s*by\s+(?:their|his|her|a|an)\b", folded[m.end() :]):
+        by = re.match(r"\s*by\s+(?:the\s+)?([\w']+)", folded[m.end() :])
+        if by and not re.fullmatch(_MODEL, by.group(1)):
             continue  # approved by someone in the person's own life
         return True
-    return bool(_MODEL_APPROVES.search(folded) or _WISHED_APPROVAL.search(folded) or _IMPERATIVE.search(folded))
+    return any(p.search(folded) for p in (_MODEL_APPROVES, _WISHED_APPROVAL, _IMPERATIVE, _QUOTED_ORDER))
 
 
 # --- 5. skipping a check -------------------------------------------------------------------------------
 
-_SKIP = _words(
-    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|avoid\w*"
-    r"|forg[oe]\w*|overrid\w*|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around"
-    r"|sidestep\w*|drop\w*|suspend\w*|lift\w*|relax\w*|exempt\w*|without|no"
-    r"|not (?:be )?(?:need|require|bother|ask|apply|applied)\w*|no need|never ask\w*|not want|not wish"
-    r"|unnecessary|leave out|left out|instead of|rather than|take (?:their|his|her|the user's) word"
-    r"|sans|ohne|sin|senza|sem|keine?|contourn\w*|saut\w*|uberspr\w*|umgeh\w*|saltar\w*|omitas|omit\w*"
+# Checks that establish who someone is or whether something may happen: "without" or "no" is enough.
+_VERIFICATION = _words(
+    r"checks?|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications|verify(?:ing)?"
+    r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
+    r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
+    r"|approval(?: steps?| process)?|review|reviews|confirmation|confirm\w*|proof|evidence|screening"
+    r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
+    r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
+    r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork"
 )
-_CHECK = _words(
-    r"checks?|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications"
-    r"|verify(?:ing)?|identity|id|ids|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|otp"
-    r"|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
-    r"|approval(?: steps?| process)?|review|reviews|confirmation|policy|policies|limits?|caps?"
-    r"|restrictions?|safeguards?|safety (?:checks?|rules|filters?)"
-    r"|fraud (?:checks?|screening|controls?)|screening|validation|audits?|compliance|guardrails?"
-    r"|(?:content )?filters?|moderation|procedures?|protocols?|proof|controls?|verifizierung|prufung"
-    r"|uberprufung|kontrolle\w*|identitatsprufung|verificacion|controles?|comprobacion|verifica"
-    r"|controlli|verificacao|genehmigung|identite|identidad"
+# Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
+_RULE = _words(
+    r"policy|policies|politique|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?|policy)"
+    r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?"
 )
-_SKIP_CHECK = re.compile(rf"\b{_SKIP}\s+(?:\S+\s+){{0,4}}?(?:\w+-)?{_CHECK}\b")
+_WEAK_SKIP = _words(
+    r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide)\w*|no need|never ask\w*"
+    r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca"
+)
+_STRONG_SKIP = _words(
+    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|forg[oe]\w*|overrid\w*"
+    r"|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around|sidestep\w*|drop\w*|suspend\w*"
+    r"|lift\w*|relax\w*|exempt\w*(?: from)?|not subject to|free from|leave out|left out|instead of"
+    r"|take (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*|uberspr\w*|umgeh\w*"
+    r"|saltar\w*|omitas|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+)
+_SKIP_CHECK = re.compile(
+    rf"\b(?:{_STRONG_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?(?:{_VERIFICATION}|{_RULE})"
+    rf"|{_WEAK_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?{_VERIFICATION})\b"
+)
 _CHECK_SKIPPED = re.compile(
-    rf"\b{_CHECK}\b(?:\s+\S+){{0,6}}?\s+"
-    r"(?:unnecessary|not (?:required|needed|necessary)|optional|waived|skipped|bypassed|disabled|ignored"
-    r"|turned off|switched off|omitted|left out|dropped|lifted|suspended|not apply|not be applied|need not|annoying"
-    r"|ubersprungen|omitid\w*)\b"
+    rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
+    r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
+    r"|suspended|relaxed|loosened|removed|eased|(?:do |does |should |must |will |shall )?not apply|not be applied"
+    r"|befreit|ubersprungen|omitid\w*)"
+    rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
+    r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
+    r"|(?:ne \w+ )?pas (?:necessaires?|requises?|obligatoires?)|nicht (?:notig|erforderlich)|no (?:son "
+    r"|es )?necesari[oa]s?"
+    r"|non (?:sono )?necessari[oe]?))\b"
 )
 # A verification claimed as already done is a request not to do it.
+# "asks not to be verified", "should never be challenged": a check refused in advance.
+_NOT_TO_BE_CHECKED = re.compile(
+    r"\b(?:not|never|no longer)\s+(?:to\s+)?be\s+(?:re-?)?(?:verified|checked|authenticated|screened|reviewed"
+    r"|challenged"
+    r"|asked for (?:id|identification|proof|a password|a pin|verification)|questioned)\b"
+)
 _ALREADY_VERIFIED = re.compile(
-    r"\b(?:identity|id|account|user|customer|they|he|she)\b(?:\s+\S+){0,3}?\s+"
+    r"\b(?:(?:their|his|her|the user's) )?(?:identity|id|account)\s+(?:\S+\s+){0,2}?"
     r"(?:is|are|was|were|has been|have been|already|previously)\s+(?:\w+\s+)?"
     r"(?:verified|authenticated|confirmed|vetted|validated|checked)\b"
+    r"|\b(?:the user|this user|this customer|the customer) (?:is|was|has been) (?:already |previously |fully )?"
+    r"(?:verified|authenticated|vetted|validated)\b"
 )
 
 
 def _skip(folded):
-    return bool(_SKIP_CHECK.search(folded) or _CHECK_SKIPPED.search(folded) or _ALREADY_VERIFIED.search(folded))
+    return any(p.search(folded) for p in (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED))
 
 
 # --- 6. meta: the assistant's own instructions -----------------------------------------------------------
 
 _META_VERB = _words(
-    r"ignor\w*|disregard\w*|forget\w*|forgot|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*"
-    r"|discard\w*|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*"
-    r"|display\w*|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*"
-    r"|tell\w*|outrank\w*|take\w* precedence over|priority over|trump\w*|pretend\w*|violat\w*|break\w*"
-    r"|circumvent\w*|evad\w*|escap\w*|oubli\w*|vergiss\w*|olvid\w*|revel\w*|offenleg\w*|zeig\w*"
-    r"|muestr\w*|montr\w*"
+    r"ignor\w*|disregard\w*|forget\w*|forgot|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*|discard\w*"
+    r"|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*|display\w*"
+    r"|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*|tell\w*|paste\w*"
+    r"|explain\w*|stop (?:follow|apply|enforc|us|obey|respect)\w*|outrank\w*|take\w* precedence over|priority over"
+    r"|trump\w*|pretend\w*"
+    r"|violat\w*|break\w*|circumvent\w*|evad\w*|escap\w*|oubli\w*|vergiss\w*|olvid\w*|revel\w*|offenleg\w*"
+    r"|zeig\w*|muestr\w*|montr\w*"
 )
+# Whose instructions: the assistant's own (or the ones it was given before).
 _META_OWNER = _words(
-    r"your|its|the (?:assistant|model|ai|bot|system|operator|developer)'s|system|hidden|initial"
-    r"|original|internal|prior|previous|earlier|above|all|any|developer|operator|secret|precedentes"
-    r"|vorherigen|anteriores|precedenti|ses|seine|sus|su"
+    r"your|its|the (?:assistant|model|ai|bot|system|operator|developer)'s|system|hidden|initial|original"
+    r"|internal|confidential|prior|previous|earlier|above|developer|operator|secret|precedentes|vorherigen"
+    r"|anteriores|precedenti|ses|seine|sus|su|sue|suoi|vos|tes|deine|ihre|tus|tes"
 )
+# "their previous prompts" are the user's own, not the assistant's.
+_USERS_OWN = r"(?<!their )(?<!his )(?<!her )(?<!my )(?<!user's )"
+# What the assistant was given: always its own when named with an owner...
 _META_OBJECT = _words(
-    r"instructions?|prompts?|system messages?|pre-?prompts?|rules|guidelines|guidance|guardrails"
-    r"|directives?|programming|training|configuration|config|policies|policy|restrictions|safety \w+"
-    r"|content \w+|filters|context|api keys?|secrets?|credentials|messages|text|orders|commands"
-    r"|anweisungen|systemanweisungen|instrucciones|istruzioni|instrucoes|prompt del sistema"
-    r"|(?:\w+ )?(?:refund|return|security|privacy) policy"
+    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
+    r"|configuration|config|safety \w+|content (?:policy|filters?)|api keys?|credentials|secrets?"
+    r"|rules|policy|policies|restrictions|guidance|training|context|messages|text|orders|commands"
+    r"|(?:\w+ )?(?:refund|return|security|privacy) policy|anweisungen|systemanweisungen|instrucciones"
+    r"|istruzioni|instrucoes|prompt del sistema|regles|regeln|reglas|regole|consignes|richtlinien|directrices"
+    r"|direttive"
+)
+# ...and these are its own with any determiner ("all instructions", "any guidelines").
+_META_OBJECT_STRONG = _words(
+    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
+    r"|anweisungen|instrucciones|istruzioni|consignes"
 )
 _META = re.compile(
     "|".join(
         [
-            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?(?:all|any|every)\s+(?:\S+\s+){{0,1}}?{_META_OBJECT_STRONG}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
             rf"\b{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?(?:be|are|is|been|being)\s+"
             r"(?:\w+\s+)?(?:discarded|ignored|disregarded|overridden|dropped|forgotten|set aside|revealed|printed"
-            r"|shown|replaced|superseded|bypassed|lifted|suspended)",
+            r"|shown|replaced|superseded|bypassed|lifted|suspended|void|null|invalid|cancel+ed|obsolete)",
             r"\bsystem ?(?:instructions?|anweisungen)|\binstructions? (?:du )?systeme\b|\binstrucciones del sistema"
             r"|\bistruzioni di sistema",
             r"\b(?:instructions?|prompt|rules|guidelines|policy|restrictions)\s+(?:you|the assistant|it)\s+"
             r"(?:was|were|has been|have been) (?:given|told)",
-            r"\beverything you were told\b",
+            r"\b(?:everything|anything|all|what) (?:it|you|the assistant|the model|the ai) (?:was|were|has been"
+            r"|have been|had been) (?:told|given|taught|instructed)",
+            r"\b(?:even if|even though|regardless of|no matter what|despite) (?:\S+\s+){0,2}?"
+            rf"(?:its|your|the assistant's|the model's) {_META_OBJECT}",
+            # the user's word set above the assistant's rules
+            r"\b(?:orders|commands|instructions|requests|wishes|word|messages)\b(?:\s+\S+){0,3}?\s+"
+            r"(?:above|over|before|ahead of|outrank\w*|overrid\w*|overrul\w*|supersed\w*|trump\w*"
+            r"|take\w* precedence|come\w* before|win\w* over)\b(?:\s+\S+){0,3}?\s+"
+            r"(?:everything|all|any|the assistant's|the model's|its|your|policy|policies|rules|guidelines"
+            r"|instructions)",
             r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
             r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
             r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b",
@@ -432,14 +520,16 @@ _META = re.compile(
             r"(?:without|with no) (?:any )?(?:restrictions|limits|rules|filters|guardrails|censorship)",
             r"\b(?:had|has|have|with) no (?:guardrails|rules|restrictions|filters|content policy|safety)\b",
             rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|say no)\w*",
+            r"\bwhatever (?:the user|they|he|she|this user) (?:asks?|says?|wants?|requests?|demands?)\b",
             rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:obey|comply with (?:every|all|any|whatever)|do whatever)\w*",
-            r"\b(?:as|counts? as|are|is)\s+(?:an? |the |its |their )?(?:\w+[- ])?"
-            r"(?:instructions?|commands?|directives?|orders)\b(?! (?:on|for) (?:recipe|the recipe|cooking))",
-            r"\b(?:these|this) (?:memory |stored )?(?:notes?|facts?|memor(?:y|ies))\b",
+            r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
+            r"|orders)\b",
+            r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
             r"\b(?:note|message|memo|reminder|instructions?)\s+(?:to|for)\s+(?:the\s+)?"
             r"(?:assistant|ai|model|bot|agent|system|llm|chatbot)\b",
             r"^(?:dear|attention|hey|hi|hello|ok|okay)\s+(?:assistant|ai|model|bot|claude|chatgpt)\b",
-            r"\b(?:system|admin|developer|security|operator)\s+(?:note|message|notice|override|command|update)\b",
+            r"(?:^|[\"'(:]\s*)(?:assistant|ai|model|bot|claude|chatgpt|system|agent)\s*,",
+            r"\b(?:system|admin|developer|operator) (?:note|message|notice|override|command)\b|\bsecurity override\b",
             r"\b(?:reveal|disclos|leak|share|print|show|dump|expos)\w*\s+(?:\w+\s+){0,2}?"
             r"(?:other (?:users|customers|people|clients)'?|another (?:user|customer)'s|internal|confidential"
             r"|secret)",
