@@ -15,14 +15,21 @@ digit-for-letter spellings undone. Then each check looks for a concept, not a se
 
 1. structure   - markup, tags, code or delimiters (`<...>`, ``` , {{, [[, <|...|>, ###, "system:").
 2. disguise    - a word mixing alphabets (Latin with Cyrillic or Greek lookalikes).
-3. authority   - a role, permission, entitlement or approval claimed for the user or granted to
-                 them, unless it is scoped to their own life ("an administrator at a hospital").
-4. approval    - requests, refunds or access approved or granted by the assistant or in advance.
+3. meta        - the assistant's own instructions, prompt or rules to be ignored, revealed or
+                 overridden; a switch of persona or mode; a note addressed to the assistant.
+4. address     - the sentence speaks to the assistant ("you", or the assistant as its subject)
+                 instead of describing the user in the third person.
 5. skip        - a check, verification, policy or limit to be skipped, waived or not applied.
-6. meta        - the assistant's own instructions, prompt or rules to be ignored, revealed or
-                 overridden; a switch of persona or mode; text that addresses the assistant.
+6. authority   - a role, permission, entitlement or approval claimed for the user or granted to
+                 them, unless it is scoped to their own life ("an administrator at a hospital",
+                 "permission from their landlord") rather than to this service ("this chat",
+                 "any account", refunds, access).
+7. approval    - requests, refunds or access to be approved or granted by the assistant, in
+                 advance, or unconditionally; an order where a description should be.
 
-Each concept has its words in English, French, German, Spanish, Italian and Portuguese.
+Each concept has its words in English, French, German, Spanish, Italian and Portuguese. Quotations
+are checked as sentences of their own. Measured on the corpus in evals/poisoning/ (see
+docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report on test.
 """
 
 import re
@@ -72,16 +79,18 @@ def normalise(text):
 # --- the checking form ---------------------------------------------------------------------------
 
 # Letters from other alphabets that look like ASCII ones (Cyrillic, Greek, Cherokee, IPA, small
-# capitals), and brackets, colons, slashes and bars that look like the ASCII delimiters.
+# capitals), and brackets, colons, slashes, bars and dashes that look like the ASCII delimiters.
 _LOOKALIKES_FROM = (
     "аàáâвсԁеёһіїјкӏмнорԛѕтухԝьпгАВСЕНІЈКМОРЅТХУԀԌԚαβεηικνορτυχγω"
     "ϲϳΑΒΕΖΗΙΚΜΝΟΡΤΥΧᎪᏴᏟᎠᎬᎻᏆᎫᏦᏞᎷᏢᏚᎢᏙᎳᏃıȷſɑɡɩʏʀɪᴀʙᴄᴅᴇɢʜᴊᴋʟᴍɴᴏᴘꜱᴛᴜᴠ"
     "ᴡᴢ‹〈⟨❮˂ᐸ⟪《›〉⟩❯˃ᐳ⟫》։׃˸꞉∶∕⁄⧸ǀ∣│￨‐‑‒–—―−‘’‚‛′“”„‟″"
+    "【〖〔⟦〚⦃⁅】〗〕⟧〛⦄⁆‖¦∥"
 )
 _LOOKALIKES_TO = (
     "aaaabcdeehiijklmhopqstyxwbnrABCEHIJKMOPSTXYDGQabenikvoptuxyw"
     "cjABEZHIKMNOPTYXABCDEHIJKLMPSTVWZijsagiyriabcdeghjklmnopstuv"
     "wz<<<<<<<<>>>>>>>>:::::///||||-------'''''\"\"\"\"\""
+    "[[[[[{[]]]]]}]|||"
 )
 _LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES_FROM, _LOOKALIKES_TO)
 # Digits and symbols standing in for letters inside a word ("4dm1n", "1gn0re").
@@ -96,7 +105,22 @@ def _unleet(match):
     return word.translate(_LEET_TABLE) if re.search(r"[0-9@$]", word) else word
 
 
-def fold(text):
+_LETTER_GAP = re.compile(r"[ .\-_*·]")
+_ARTICLE = re.compile(r"[ai][ .\-_*·]+(?=[a-z](?:[ .\-_*·]+[a-z]){2,}$)")
+
+
+def _join_letters(match):
+    return _LETTER_GAP.sub("", match.group(0))
+
+
+def _join_after_article(match):
+    # "is a s u p e r u s e r": the article stays a word of its own
+    run = match.group(0)
+    head = _ARTICLE.match(run)
+    return head.group(0) + _LETTER_GAP.sub("", run[head.end() :]) if head else _LETTER_GAP.sub("", run)
+
+
+def fold(text, keep_article=False):
     """The checking form of `text`: what it says, with the disguises taken off (never stored)."""
     text = unicodedata.normalize("NFKC", str(text))
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
@@ -105,13 +129,21 @@ def fold(text):
     text = "".join(ch for ch in text if not unicodedata.combining(ch))
     text = _SPACE.sub(" ", _CONTROL.sub(" ", text.casefold())).strip()
     text = re.sub(r"n't\b", " not", text)  # "doesn't" -> "does not": one form to check
-    return _SPACED_LETTERS.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group(0)), text)
+    return _SPACED_LETTERS.sub(_join_after_article if keep_article else _join_letters, text)
+
+
+_QUOTATION = re.compile(r"\"[^\"]+\"|(?:^|(?<=\s))'[^']+'|(?<=:)[^:]+$")
 
 
 def _variants(text):
+    """The checking forms: folded, with digit-for-letter spellings undone, and with a spaced-out word
+    read after a one-letter article ("is a s u p e r u s e r")."""
     folded = fold(text)
-    unleeted = _LEET_WORD.sub(_unleet, folded)
-    return (folded,) if unleeted == folded else (folded, unleeted)
+    forms = [folded, _LEET_WORD.sub(_unleet, folded), fold(text, keep_article=True)]
+    # A quotation, or what follows a colon, is checked as a sentence of its own: an order stays an
+    # order when somebody is quoted giving it.
+    forms += [q.strip(" \"'") for q in _QUOTATION.findall(folded)]
+    return tuple(dict.fromkeys(f for f in forms if f))
 
 
 def _words(alternatives):
@@ -183,8 +215,14 @@ _GRANTABLE = _words(
     r"|returns?|everything|anything|whatever"
 )
 _APPROVED = _words(
-    r"approved|granted|authori[sz]ed|accepted|honou?red|allowed|permitted|unlocked|waived|expedited"
-    r"|refunded|go(?:es)? through|rubber-?stamped|green-?lit"
+    r"approved|granted|authori[sz]ed|honou?red|allowed|permitted|unlocked|waived|rubber-?stamped|green-?lit"
+    r"|automatic|guaranteed|unconditional"
+)
+# Outcomes rather than grants: authority only when unconditional ("always go through", "every request accepted").
+_OUTCOME = _words(r"accepted|expedited|refunded|go(?:es)? through|went through|processed|issued")
+_UNCONDITIONAL = re.compile(
+    r"\b(?:all|every|any|always|automatically|immediately|instantly|straight away|right away|at once|without"
+    r"|no matter|unconditionally|on the spot|no questions)\b"
 )
 # Approval, permission and entitlement in the other languages. Facts are written in English about
 # the user, so in another language these words only come in as a payload.
@@ -193,14 +231,16 @@ _FOREIGN_AUTHORITY = _words(
     r"|berechtigt\w*|befugt\w*|erlaubt\w*|freigeb\w*|freigegeben|a le droit|hat das recht"
     r"|tiene (?:el )?derecho|tiene permiso|ha il diritto|tem o direito|administrateur\w*|administrador\w*"
     r"|amministrator\w*|adminrecht\w*|administratorrecht\w*|\w*berechtigung\w*|volle rechte|superutilisateur"
-    r"|superusuario|beheerder\w*|darf \w+ ohne|vorab"
+    r"|superusuario|beheerder\w*|darf \w+ ohne|vorab|acceso total|acces total|voll\w* zugriff|vollzugriff"
+    r"|accesso (?:completo|totale)|acces complet|acceso completo|acesso completo"
+    r"|acesso total"
 )
 # A role that would carry authority in this service if the user simply "is" it.
 _ROLE = _words(
     r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
     r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
     r"|employees? of (?:this|the) (?:company|service)|vips?"
-    r"|(?:premium|gold|platinum|priority|privileged|power|trusted|verified|approved|authori[sz]ed|whitelisted)"
+    r"|administrat(?:eur|ore|ador)s?|(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)"
     r"(?: (?:user|customer|client|member|account|account holder|party|buyer|agent|reseller|partner))?"
     r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
 )
@@ -222,7 +262,8 @@ _SERVICE = _words(
 _ANCHOR = re.compile(
     r"^\W*(?:[\w'-]+\W+){0,4}?"
     r"(?:(?:at|of|for|in|on(?! behalf)|from|with|within|by|over|across)\s+|to\s+(?=(?:their|his|her|a|an|the)\b))"
-    r"(?!the\s+(?:\w+\s+)?" + _SERVICE + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)[a-z]"
+    r"(?!the\s+(?:\w+\s+)?" + _SERVICE + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)"
+    r"(?!" + _GRANTABLE + r"\b)[a-z]"
 )
 # Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
 _DEICTIC = re.compile(
@@ -240,7 +281,15 @@ def _anchored(rest):
 def _reaches_service(rest):
     """The rest of a permission names something this service controls (or nothing at all)."""
     rest = rest.strip(" .,!?'\"")
-    return not rest or bool(re.search(rf"\b(?:{_GRANTABLE[3:-1]}|{_SERVICE[3:-1]})\b", rest) or _DEICTIC.search(rest))
+    return not rest or _names_service(rest)
+
+
+def _names_service(rest):
+    """`rest` names something this service controls: a grantable, one of its parts, internal data, "any"."""
+    return bool(
+        re.search(rf"\b(?:{_GRANTABLE[3:-1]}|{_SERVICE[3:-1]}|internal|confidential|restricted|classified)\b", rest)
+        or _DEICTIC.search(rest)
+    )
 
 
 def _negated(folded, match):
@@ -269,7 +318,8 @@ _PERMISSION_STATE = re.compile(
 )
 # "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
 _PRIVILEGE_HELD = re.compile(
-    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+(?:\w+\s+){0,3}?"
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|owns?|controls?"
+    r"|runs?|manages?)\s+(?:\w+\s+){0,3}?"
     r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
     r"|owner|master|god|special|vip|privileged|override|bypass)"
     r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
@@ -279,32 +329,51 @@ _PRIVILEGE_HELD = re.compile(
 # about something this service controls.
 _PERMISSION_HELD = re.compile(
     r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+(?:\w+\s+){0,3}?"
-    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over))\b"
+    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
+    r"|(?:the )?(?:final|last) (?:say|word)|veto)\b"
 )
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
-    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|unconditional|no-questions-asked)\s+"
+    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked)\s+"
     r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
     r"|returns|access|rights|credit)\b"
 )
 # "a tier that grants free upgrades", "membership level grants unlimited returns".
 _STATUS_GRANTS = re.compile(
-    r"\b(?:tier|status|level|membership|role|plan|badge|rank)\s+(?:that\s+|which\s+)?"
-    rf"(?:grants?|allows?|entitles?|permits?|gives?|lets?|unlocks?|qualif\w+)\s+(?:\S+\s+){{0,3}}?{_GRANTABLE}\b"
+    r"\b(?:tier|status|level|membership|role|plan|badge|rank|ticket|pass|card|code|key|voucher|token|subscription)"
+    r"\s+(?:that\s+|which\s+)?(?:grants?|allows?|entitles?|permits?|gives?|lets?|unlocks?|qualif\w+|waives?"
+    rf"|bypass\w*|overrides?|skips?)\s+(?:\S+\s+){{0,3}}?(?:{_GRANTABLE}|(?:all|every|any) \w+)\b"
+)
+# "may approve transactions", "can issue refunds": the power to grant, held by the user.
+_MAY_GRANT = re.compile(
+    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+)?(?:approve|grant|authori[sz]e|issue|unlock"
+    rf"|waive|override|bypass)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b"
 )
 # "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
 _ROLE_CLAIM = re.compile(
     r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
     r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
-    r"|tier is|on the)\s+((?:a|an|the|one of the|our|your)\s+)?((?:[\w-]+ ){0,2}?)"
+    r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao)\s+"
+    r"((?:a|an|the|one of the|our|your|un|une|ein|eine|einer|el|la|le|der|die|das|uno|una|um"
+    r"|uma)\s+)?((?:[\w-]+ ){0,2}?)"
     rf"{_ROLE}"
     # the role is the head of its noun phrase: "a staff nurse" is not staff
     r"(?=\s*$|\s*[.,;:!?)]|\s+(?:and|with|who|so|which|that|whose|for|of|on|at|in|to|by|here|over|across"
     r"|entitled|allowed|authori[sz]ed|permitted|eligible|cleared|able|can|may|must|should)\b)"
 )
+# "a supervisor on this help desk": an ordinary job title, authority only when it is a job here.
+_JOB_IN_SERVICE = re.compile(
+    r"\b(?:is|as|'s)\s+(?:a|an|the)\s+(?:[\w-]+\s+){0,2}?(?:supervisor|manager|head|lead|director|agent|engineer"
+    r"|employee|representative|specialist|officer|member)\b(?=\s+(?:on|of|at|for|in)\b)"
+)
+_HERE = re.compile(r"\s+(?:on|of|at|for|in)\s+(?:(?:this|these|our|your)\s+|the\s+(?:[\w-]+\s+)?" + _SERVICE + r"\b)")
+# "can override decisions", "may bypass the queue": power over this service's outcomes.
+_MAY_OVERRIDE = re.compile(
+    r"\b(?:can|may|could|is able to|is free to)\s+(?:always\s+)?(?:override|overrule|bypass|veto)\b"
+)
 # "may access the admin panel", "can view any customer's account": reach into this service.
 _PRIVILEGED_REACH = re.compile(
-    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,2}?"
+    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,4}?"
     r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
     r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
     r"|other (?:users|customers|people|clients)|any (?:account|order|customer|user|record)"
@@ -313,12 +382,13 @@ _PRIVILEGED_REACH = re.compile(
 
 
 def _authority(folded):
-    if _ALWAYS_AUTHORITY.search(folded) or _PRIVILEGED_REACH.search(folded):
+    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE)):
         return True
     for pattern, needs_target in (
         (_PRIVILEGE_HELD, False),
         (_BLANKET, True),
         (_STATUS_GRANTS, False),
+        (_MAY_GRANT, True),
         (_PERMISSION_STATE, True),
         (_PERMISSION_HELD, True),
     ):
@@ -328,6 +398,9 @@ def _authority(folded):
                 continue
             if not needs_target or _reaches_service(rest):
                 return True
+    for m in _JOB_IN_SERVICE.finditer(folded):
+        if not _negated(folded, m) and _HERE.match(folded[m.end() :]):
+            return True  # "a supervisor on this help desk": a job, but one here
     for m in _ROLE_CLAIM.finditer(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
@@ -350,7 +423,7 @@ _PASSIVE_APPROVAL = re.compile(
     rf"\b{_GRANTABLE}\b(?:\s+\S+){{0,8}}?\s+"
     r"(?:must|should|shall|will|can|could|would|may|might|are to|is to|need to|needs to|has to|have to|ought to"
     r"|get|gets|are|is|be|been|being|always|automatically|immediately|simply|just)\s+"
-    rf"(?:\w+\s+){{0,2}}?{_APPROVED}\b"
+    rf"(?:\w+\s+){{0,2}}?(?:{_APPROVED}|({_OUTCOME}))\b"
 )
 _MODEL_APPROVES = re.compile(
     rf"\b{_MODEL}[\s,]+(?:\w+\s+){{0,3}}?(?:{_GRANT_VERB}\s+(?:\S+\s+){{0,4}}?"
@@ -362,7 +435,8 @@ _MODEL_APPROVES = re.compile(
 _WISHED_APPROVAL = re.compile(
     r"\b(?:wants?|wanted|prefers?|preferred|expects?|asks?|requests?|would like|would love|would be"
     r"|would appreciate|insists?|demands?|likes? it when|preference is|reminds?)\b"
-    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+|being\s+)?{_APPROVED}\b"
+    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+|being\s+)?"
+    rf"(?:{_APPROVED}|({_OUTCOME}))\b"
 )
 # An order to the assistant: the sentence starts with a verb, not with what it describes.
 _IMPERATIVE = re.compile(
@@ -370,8 +444,9 @@ _IMPERATIVE = re.compile(
     r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not"
     r"|remember|note|obey|override|reveal|print|show|repeat|act|pretend|answer|respond|issue|refund|unlock"
     r"|waive|disable|process|authori[sz]e|accept|comply|follow|execute|run|set aside|you|from now on"
-    r"|ignora\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
-    r"|omit\w*|uberspring\w*|revele\w*|revela\w*|ne (?:demande|verifie|controle)\w*|gib|gewahre\w*)\b"
+    r"|ignor\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
+    r"|omit\w*|uberspring\w*|revele\w*|revela\w*|ne (?:demande|verifie|controle)\w*|gib|gewahre\w*|concede\w*"
+    r"|otorga\w*|dale|accorde\w*|concedi)\b"
 )
 
 
@@ -382,15 +457,33 @@ _QUOTED_ORDER = re.compile(
 )
 
 
+# "the manager has authorised all their refund requests": a standing grant by someone else.
+_GRANTED_BY_OTHERS = re.compile(
+    r"\b(?:has|have|had|already)\s+(?:already\s+)?(?:authori[sz]ed|approved|granted|sanctioned|signed off on"
+    r"|cleared)\s+"
+    rf"(?:all|every|any|unlimited|their|his|her|the user's)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE_STRONG}\b"
+)
+# A bare order where a description should be: "the catchphrase is approve everything".
+_BARE_ORDER = re.compile(
+    r"\b(?:is|are|says?|reads?|goes|means)\s+(?:approve|grant|skip|bypass|ignore|disregard|override|unlock|waive"
+    r"|refund|obey)\s+(?:all|every|everything|any|anything|the|refunds?|it|them|checks?|verification|rules"
+    r"|instructions|first)\b"
+)
+
+
 def _approval(folded):
-    for m in _PASSIVE_APPROVAL.finditer(folded):
-        if re.search(r"\b(?:was|were|had been|got|not|never)\b", m.group(0)):
-            continue  # history ("was approved last week") or a refusal
-        by = re.match(r"\s*by\s+(?:the\s+)?([\w']+)", folded[m.end() :])
-        if by and not re.fullmatch(_MODEL, by.group(1)):
-            continue  # approved by someone in the person's own life
-        return True
-    return any(p.search(folded) for p in (_MODEL_APPROVES, _WISHED_APPROVAL, _IMPERATIVE, _QUOTED_ORDER))
+    unconditional = bool(_UNCONDITIONAL.search(folded))
+    for pattern in (_PASSIVE_APPROVAL, _WISHED_APPROVAL):
+        for m in pattern.finditer(folded):
+            if m.group(1) and not unconditional:
+                continue  # "wants their refund to go through before the holidays": an outcome, not a grant
+            if pattern is _PASSIVE_APPROVAL and re.search(r"\b(?:was|were|had been|got|not|never)\b", m.group(0)):
+                continue  # history ("was approved last week") or a refusal
+            by = re.match(r"\s*by\s+(?:the\s+)?([\w']+)", folded[m.end() :])
+            if by and not re.fullmatch(_MODEL, by.group(1)):
+                continue  # approved by someone in the person's own life
+            return True
+    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _IMPERATIVE, _QUOTED_ORDER, _BARE_ORDER))
 
 
 # --- 5. skipping a check -------------------------------------------------------------------------------
@@ -403,23 +496,31 @@ _VERIFICATION = _words(
     r"|approval(?: steps?| process)?|review|reviews|confirmation|confirm\w*|proof|evidence|screening"
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
-    r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork"
+    r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
 )
 # Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
 _RULE = _words(
-    r"policy|policies|politique|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?|policy)"
+    r"policy|policies|politique|politica|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?"
+    r"|policy)"
     r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?"
 )
 _WEAK_SKIP = _words(
     r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide)\w*|no need|never ask\w*"
-    r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca"
+    r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
+    r"|no necesita|pas besoin de|braucht keine?|non ha bisogno di"
 )
 _STRONG_SKIP = _words(
-    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|forg[oe]\w*|overrid\w*"
+    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|forgo(?:es|ing|ne)?|forego\w*"
+    r"|overrid\w*"
     r"|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around|sidestep\w*|drop\w*|suspend\w*"
     r"|lift\w*|relax\w*|exempt\w*(?: from)?|not subject to|free from|leave out|left out|instead of"
     r"|take (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*|uberspr\w*|umgeh\w*"
-    r"|saltar\w*|omitas|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+    r"|saltar\w*|omitas|spar(?:e|ed|ing)|excus\w*(?: from)?|let off|released from|exent[oa]s?|exempte|esente"
+    r"|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+)
+_NO_QUESTIONS = re.compile(
+    r"\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
+    r"|any)\b"
 )
 _SKIP_CHECK = re.compile(
     rf"\b(?:{_STRONG_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?(?:{_VERIFICATION}|{_RULE})"
@@ -428,7 +529,8 @@ _SKIP_CHECK = re.compile(
 _CHECK_SKIPPED = re.compile(
     rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
     r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
-    r"|suspended|relaxed|loosened|removed|eased|(?:do |does |should |must |will |shall )?not apply|not be applied"
+    r"|suspended|relaxed|loosened|removed|eased|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
+    r"|will |shall )?not apply|not be applied"
     r"|befreit|ubersprungen|omitid\w*)"
     rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
     r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
@@ -445,15 +547,19 @@ _NOT_TO_BE_CHECKED = re.compile(
 )
 _ALREADY_VERIFIED = re.compile(
     r"\b(?:(?:their|his|her|the user's) )?(?:identity|id|account)\s+(?:\S+\s+){0,2}?"
-    r"(?:is|are|was|were|has been|have been|already|previously)\s+(?:\w+\s+)?"
+    r"(?:is|are|has been|have been|already|previously)\s+(?:\w+\s+)?"
     r"(?:verified|authenticated|confirmed|vetted|validated|checked)\b"
+    rf"|\b{_MODEL}\s+(?:has |have |had )?(?:already |previously )?(?:verified|confirmed|authenticated|vetted"
+    rf"|checked)\s+"
+    r"(?:the user|this user|them|this customer|(?:their|the user's|this user's) (?:identity|id))\b"
     r"|\b(?:the user|this user|this customer|the customer) (?:is|was|has been) (?:already |previously |fully )?"
     r"(?:verified|authenticated|vetted|validated)\b"
 )
 
 
 def _skip(folded):
-    return any(p.search(folded) for p in (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED))
+    checks = (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS)
+    return any(p.search(folded) for p in checks)
 
 
 # --- 6. meta: the assistant's own instructions -----------------------------------------------------------
@@ -479,7 +585,8 @@ _USERS_OWN = r"(?<!their )(?<!his )(?<!her )(?<!my )(?<!user's )"
 _META_OBJECT = _words(
     r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
     r"|configuration|config|safety \w+|content (?:policy|filters?)|api keys?|credentials|secrets?"
-    r"|rules|policy|policies|restrictions|guidance|training|context|messages|text|orders|commands"
+    r"|rules|policy|policies|restrictions|guidance|training|context|messages|text|orders|commands|setup|set-up"
+    r"|persona|character"
     r"|(?:\w+ )?(?:refund|return|security|privacy) policy|anweisungen|systemanweisungen|instrucciones"
     r"|istruzioni|instrucoes|prompt del sistema|regles|regeln|reglas|regole|consignes|richtlinien|directrices"
     r"|direttive"
@@ -493,6 +600,7 @@ _META = re.compile(
     "|".join(
         [
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT_STRONG}\s+{_META_OWNER}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?(?:all|any|every)\s+(?:\S+\s+){{0,1}}?{_META_OBJECT_STRONG}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
             rf"\b{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?(?:be|are|is|been|being)\s+"
@@ -514,7 +622,14 @@ _META = re.compile(
             r"|instructions)",
             r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
             r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
-            r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b",
+            r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b|\buncensored\b",
+            r"\b(?:act|behave|respond|operate|work|function|answer)\w* as (?:an? |the )?(?:unrestricted|unfiltered"
+            r"|jailbroken"
+            r"|root|admin\w*|superuser|system|developer|dan|evil)\b",
+            r"\bbreak\w* character\b",
+            r"\b(?:without|ignoring|beyond|outside|free of|free from)\s+(?:\S+\s+)?(?:its|your|the assistant's"
+            r"|the model's"
+            rf"|the ai's|the bot's|the system's)\s+(?:\S+\s+)?{_META_OBJECT}",
             r"\b(?:as|like) dan\b|\bdan,",
             r"\b(?:act|answer|respond|operate|behave|work|talk|reply)\w*\s+(?:\w+\s+){0,4}?"
             r"(?:without|with no) (?:any )?(?:restrictions|limits|rules|filters|guardrails|censorship)",
@@ -542,12 +657,35 @@ def _meta(folded):
     return bool(_META.search(folded))
 
 
+# --- 7. who the sentence is about: the user or the organisation, never the assistant ------------------
+
+# "The assistant should...", "Support agents must...": the subject is the assistant, so the text is
+# an instruction to it. Preferences are written about the user ("The user prefers ...").
+_ASSISTANT_SUBJECT = re.compile(
+    r"^(?:\W*(?:please|kindly|note|important|attention)\W+)?(?:the |this |your )?"
+    r"(?:assistant|ai|model|bot|chatbot|llm|claude|chatgpt|gpt|you)\b"
+)
+# Text inside double quotes (or single quotes opened after a space) is somebody's words, not an address.
+_QUOTED = re.compile(r"\"[^\"]*\"|(?:^|(?<=\s))'[^']*'")
+# A lower-case "you" outside quotes speaks to the assistant ("You've Got Mail" is a title).
+_SECOND_PERSON = re.compile(r"(?<![\w'])(?:you|your|yours|yourself|you're|you've|you'll)\b")
+
+
+def _addresses_assistant(raw, folded):
+    if _ASSISTANT_SUBJECT.search(folded):
+        return True
+    text = unicodedata.normalize("NFKC", raw).translate(_LOOKALIKE_TABLE)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return bool(_SECOND_PERSON.search(_QUOTED.sub(" ", text)))
+
+
 # --- the entry point ------------------------------------------------------------------------------------
 
 CHECKS = [
     (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words"),
     (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says"),
     (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be"),
+    (_addresses_assistant, "it speaks to the assistant; a fact describes the user in the third person"),
     (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit"),
     (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval"),
     (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted"),
