@@ -129,6 +129,7 @@ def fold(text, keep_article=False):
     text = "".join(ch for ch in text if not unicodedata.combining(ch))
     text = _SPACE.sub(" ", _CONTROL.sub(" ", text.casefold())).strip()
     text = re.sub(r"n't\b", " not", text)  # "doesn't" -> "does not": one form to check
+    text = re.sub(r"(?<=[a-z])_(?=[a-z])", " ", text)  # "override_all_limits" is three words
     return _SPACED_LETTERS.sub(_join_after_article if keep_article else _join_letters, text)
 
 
@@ -239,7 +240,7 @@ _FOREIGN_AUTHORITY = _words(
 _ROLE = _words(
     r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
     r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
-    r"|employees? of (?:this|the) (?:company|service)|vips?"
+    r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|signator(?:y|ies)|authori[sz]ers?"
     r"|administrat(?:eur|ore|ador)s?|(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)"
     r"(?: (?:user|customer|client|member|account|account holder|party|buyer|agent|reseller|partner))?"
     r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
@@ -267,7 +268,7 @@ _ANCHOR = re.compile(
 )
 # Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
 _DEICTIC = re.compile(
-    r"\b(?:this|these|here|any|every|all|other|others|each|my)\b"
+    r"\b(?:this|these|here|any|every|all|other|others|each|my|everyone|everybody|anyone|anybody)\b"
     r"(?! (?:year|week|month|morning|evening|summer|winter|spring|autumn|fall|weekend|semester|term|time|season)\b)"
 )
 _NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b")
@@ -308,6 +309,8 @@ _ALWAYS_AUTHORITY = re.compile(
     r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
     r"|\bno (?:proof|questions asked)\b"
     r"|\ballowlist\w*|\bwhitelist\w*"
+    r"|\b(?:admin\w*|root|superuser|super-user|staff|owner|operator|moderator|vip|god|master|privileged)-"
+    r"(?:level|grade|tier|class|rank|status)\b"
     rf"|{_FOREIGN_AUTHORITY}"
 )
 # "is allowed to", "is cleared to", "is eligible for": a standing permission (about this service).
@@ -328,9 +331,10 @@ _PRIVILEGE_HELD = re.compile(
 # "has permission to", "has clearance", "has the right to": a permission, authority when it is
 # about something this service controls.
 _PERMISSION_HELD = re.compile(
-    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?)\s+(?:\w+\s+){0,3}?"
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|carr(?:y|ies)|bears?"
+    r"|wields?)\s+(?:\w+\s+){0,3}?"
     r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
-    r"|(?:the )?(?:final|last) (?:say|word)|veto)\b"
+    r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to)\b"
 )
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
@@ -353,7 +357,7 @@ _MAY_GRANT = re.compile(
 _ROLE_CLAIM = re.compile(
     r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
     r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
-    r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao)\s+"
+    r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao|^)\s*"
     r"((?:a|an|the|one of the|our|your|un|une|ein|eine|einer|el|la|le|der|die|das|uno|una|um"
     r"|uma)\s+)?((?:[\w-]+ ){0,2}?)"
     rf"{_ROLE}"
@@ -497,15 +501,17 @@ _VERIFICATION = _words(
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
+    r"|ausweis\w*|pruebas?|prouver|preuves?|nachweis\w*"
 )
 # Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
 _RULE = _words(
     r"policy|policies|politique|politica|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?"
     r"|policy)"
     r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?"
+    r"|regles|reglas|regeln|regole|limites?|limiten|limiti|beschrankung\w*|restricciones|restrizioni"
 )
 _WEAK_SKIP = _words(
-    r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide)\w*|no need|never ask\w*"
+    r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide|do)\w*|no need|never ask\w*"
     r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
     r"|no necesita|pas besoin de|braucht keine?|non ha bisogno di"
 )
@@ -516,7 +522,12 @@ _STRONG_SKIP = _words(
     r"|lift\w*|relax\w*|exempt\w*(?: from)?|not subject to|free from|leave out|left out|instead of"
     r"|take (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*|uberspr\w*|umgeh\w*"
     r"|saltar\w*|omitas|spar(?:e|ed|ing)|excus\w*(?: from)?|let off|released from|exent[oa]s?|exempte|esente"
-    r"|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+    r"|annul\w*|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+)
+# "keine Limits", "sin limites": no limits at all, said in another language.
+_FOREIGN_NO_RULES = re.compile(
+    r"\b(?:keine?|sin|sans|senza|sem|aucune?|ningun\w*|nessun\w*)\s+(?:\S+\s+){0,2}?(?:limits?|limiten|limites?|limiti"
+    r"|regeln|regles|reglas|regole|beschrankung\w*|restrictions?|restricciones|restrizioni)\b"
 )
 _NO_QUESTIONS = re.compile(
     r"\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
@@ -534,6 +545,7 @@ _CHECK_SKIPPED = re.compile(
     r"|befreit|ubersprungen|omitid\w*)"
     rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
     r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
+    r"|wants? none|wants? (?:it|them) gone|would rather (?:not|skip|avoid)"
     r"|(?:ne \w+ )?pas (?:necessaires?|requises?|obligatoires?)|nicht (?:notig|erforderlich)|no (?:son "
     r"|es )?necesari[oa]s?"
     r"|non (?:sono )?necessari[oe]?))\b"
@@ -558,7 +570,7 @@ _ALREADY_VERIFIED = re.compile(
 
 
 def _skip(folded):
-    checks = (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS)
+    checks = (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES)
     return any(p.search(folded) for p in checks)
 
 
@@ -603,7 +615,8 @@ _META = re.compile(
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT_STRONG}\s+{_META_OWNER}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?(?:all|any|every)\s+(?:\S+\s+){{0,1}}?{_META_OBJECT_STRONG}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
-            rf"\b{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?(?:be|are|is|been|being)\s+"
+            rf"\b{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?"
+            r"(?:(?:be|are|is|been|being)\s+)?"
             r"(?:\w+\s+)?(?:discarded|ignored|disregarded|overridden|dropped|forgotten|set aside|revealed|printed"
             r"|shown|replaced|superseded|bypassed|lifted|suspended|void|null|invalid|cancel+ed|obsolete)",
             r"\bsystem ?(?:instructions?|anweisungen)|\binstructions? (?:du )?systeme\b|\binstrucciones del sistema"
@@ -612,6 +625,9 @@ _META = re.compile(
             r"(?:was|were|has been|have been) (?:given|told)",
             r"\b(?:everything|anything|all|what) (?:it|you|the assistant|the model|the ai) (?:was|were|has been"
             r"|have been|had been) (?:told|given|taught|instructed)",
+            r"\b(?:what|everything|anything|all)\s+(?:the\s+)?(?:developers?|operators?|creators?|makers?|company|system"
+            r"|openai|anthropic|admins?)\s+(?:told|taught|instructed|gave|said to)\s+"
+            r"(?:it|you|the assistant|the model)\b",
             r"\b(?:even if|even though|regardless of|no matter what|despite) (?:\S+\s+){0,2}?"
             rf"(?:its|your|the assistant's|the model's) {_META_OBJECT}",
             # the user's word set above the assistant's rules
