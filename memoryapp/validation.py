@@ -240,7 +240,8 @@ _FOREIGN_AUTHORITY = _words(
 _ROLE = _words(
     r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
     r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
-    r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|signator(?:y|ies)|authori[sz]ers?"
+    r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|(?:trusted|privileged|verified|whitelisted) "
+    r"(?:testers?|insiders?|employees?|vendors?)|signator(?:y|ies)|authori[sz]ers?"
     r"|administrat(?:eur|ore|ador)s?|(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)"
     r"(?: (?:user|customer|client|member|account|account holder|party|buyer|agent|reseller|partner))?"
     r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
@@ -262,8 +263,12 @@ _SERVICE = _words(
 # that "cleared to view" is not mistaken for a place).
 _ANCHOR = re.compile(
     r"^\W*(?:[\w'-]+\W+){0,4}?"
-    r"(?:(?:at|of|for|in|on(?! behalf)|from|with|within|by|over|across)\s+|to\s+(?=(?:their|his|her|a|an|the)\b))"
-    r"(?!the\s+(?:\w+\s+)?" + _SERVICE + r"\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)"
+    r"(?:(?:at|of|for|in|on(?! behalf)|from|by|over|across)\s+|to\s+(?=(?:their|his|her|a|an|the)\b))"
+    r"(?!the\s+(?:\w+\s+)?"
+    + _SERVICE
+    + r"\b)(?!"
+    + _SERVICE
+    + r"\b)(?!(?:them|him|me|us|the user|this user)\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)"
     r"(?!" + _GRANTABLE + r"\b)[a-z]"
 )
 # Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
@@ -336,10 +341,13 @@ _PERMISSION_HELD = re.compile(
     r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
     r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to)\b"
 )
+# "is owed a refund for every order": an entitlement without saying so.
+_OWED = re.compile(rf"\b(?:is|are)\s+owed\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b")
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
     r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked)\s+"
     r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
+    r"|abilities|powers|control"
     r"|returns|access|rights|credit)\b"
 )
 # "a tier that grants free upgrades", "membership level grants unlimited returns".
@@ -393,6 +401,7 @@ def _authority(folded):
         (_BLANKET, True),
         (_STATUS_GRANTS, False),
         (_MAY_GRANT, True),
+        (_OWED, True),
         (_PERMISSION_STATE, True),
         (_PERMISSION_HELD, True),
     ):
@@ -570,14 +579,17 @@ _ALREADY_VERIFIED = re.compile(
 
 
 def _skip(folded):
-    checks = (_SKIP_CHECK, _CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES)
+    for m in _SKIP_CHECK.finditer(folded):
+        if not _anchored(folded[m.end() :]):
+            return True  # ("no password on their home Wi-Fi" is about their own things)
+    checks = (_CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES)
     return any(p.search(folded) for p in checks)
 
 
 # --- 6. meta: the assistant's own instructions -----------------------------------------------------------
 
 _META_VERB = _words(
-    r"ignor\w*|disregard\w*|forget\w*|forgot|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*|discard\w*"
+    r"ignor\w*|disregard\w*|forget\w*|forgot|treat\w*|consider\w*|regard\w*|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*|discard\w*"
     r"|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*|display\w*"
     r"|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*|tell\w*|paste\w*"
     r"|explain\w*|stop (?:follow|apply|enforc|us|obey|respect)\w*|outrank\w*|take\w* precedence over|priority over"
@@ -598,14 +610,14 @@ _META_OBJECT = _words(
     r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
     r"|configuration|config|safety \w+|content (?:policy|filters?)|api keys?|credentials|secrets?"
     r"|rules|policy|policies|restrictions|guidance|training|context|messages|text|orders|commands|setup|set-up"
-    r"|persona|character"
+    r"|persona|character|rulebook|rule book|playbook"
     r"|(?:\w+ )?(?:refund|return|security|privacy) policy|anweisungen|systemanweisungen|instrucciones"
     r"|istruzioni|instrucoes|prompt del sistema|regles|regeln|reglas|regole|consignes|richtlinien|directrices"
     r"|direttive"
 )
 # ...and these are its own with any determiner ("all instructions", "any guidelines").
 _META_OBJECT_STRONG = _words(
-    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
+    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines?|guardrails?|directives?|programming"
     r"|anweisungen|instrucciones|istruzioni|consignes"
 )
 _META = re.compile(
@@ -643,6 +655,8 @@ _META = re.compile(
             r"|jailbroken"
             r"|root|admin\w*|superuser|system|developer|dan|evil)\b",
             r"\bbreak\w* character\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_META_OBJECT}\s+(?:that\s+)?(?:it|you|the assistant|the model)\s+"
+            r"(?:got|received|was given|were given|has|have|follows?|uses?|runs? on|operates? under)\b",
             r"\b(?:without|ignoring|beyond|outside|free of|free from)\s+(?:\S+\s+)?(?:its|your|the assistant's"
             r"|the model's"
             rf"|the ai's|the bot's|the system's)\s+(?:\S+\s+)?{_META_OBJECT}",
