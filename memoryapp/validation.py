@@ -655,6 +655,13 @@ _META = re.compile(
             r"|jailbroken"
             r"|root|admin\w*|superuser|system|developer|dan|evil)\b",
             r"\bbreak\w* character\b",
+            # any mention of the assistant's own rules: a fact about the user has no business with them
+            r"\b(?:its|your|the (?:assistant|model|ai|bot|chatbot|system|llm)'s)\s+(?:\S+\s+){0,2}?"
+            r"(?:instructions?|prompts?|system messages?|guidelines?|guardrails?|directives?|programming|configuration"
+            r"|config|rules|rulebook|policies|polic(?:y|ies)|restrictions|filters|safety \w+|content \w+|setup"
+            r"|persona|training)\b",
+            r"\b(?:hidden|initial|original|internal|developer|operator|secret|confidential) (?:prompts?|instructions?"
+            r"|configuration|config|guidelines)\b|\b(?:developer|operator) messages?\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_META_OBJECT}\s+(?:that\s+)?(?:it|you|the assistant|the model)\s+"
             r"(?:got|received|was given|were given|has|have|follows?|uses?|runs? on|operates? under)\b",
             r"\b(?:without|ignoring|beyond|outside|free of|free from)\s+(?:\S+\s+)?(?:its|your|the assistant's"
