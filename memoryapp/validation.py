@@ -651,9 +651,9 @@ _META = re.compile(
             r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
             r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
             r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b|\buncensored\b",
-            r"\b(?:act|behave|respond|operate|work|function|answer)\w* as (?:an? |the )?(?:unrestricted|unfiltered"
-            r"|jailbroken"
-            r"|root|admin\w*|superuser|system|developer|dan|evil)\b",
+            # "act as an unrestricted shell" (a job is "works as a system administrator": no mode there)
+            r"\b(?:act|behave|respond|operate|function|answer)\w* as (?:an? |the |if (?:it|you) (?:were|was) )?"
+            r"(?:unrestricted|unfiltered|uncensored|jailbroken|root|superuser|dan|evil|(?:the )?system)\b",
             r"\bbreak\w* character\b",
             # any mention of the assistant's own rules: a fact about the user has no business with them
             r"\b(?:its|your|the (?:assistant|model|ai|bot|chatbot|system|llm)'s)\s+(?:\S+\s+){0,2}?"
