@@ -1,18 +1,54 @@
-"""The shape squeeze: what a fact may look like, whoever wrote it."""
+"""The shape squeeze: what a fact may look like, whoever wrote it.
+
+A fact describes the user or the organisation. It never carries authority: it does not claim or
+grant a permission, role or approval, does not ask to skip a check, does not address the
+assistant's own instructions, and holds no markup or delimiters. Preferences and constraints about
+how the assistant helps ("The user prefers short answers.") stay legitimate.
+
+`fact_problem(text, kind)` is the one entry point, used by every way a fact comes in (extraction,
+corrections on /me/, org facts and approved proposals, the agent API, the Django admin).
+
+The authority checks are a small set of principles, not a list of phrasings. The text is first put
+in a *checking form* (`fold`): NFKC, format characters (zero-width, bidi, tags) removed, lookalike
+letters and brackets folded to ASCII, accents dropped, lower case, spaced-out letters joined and
+digit-for-letter spellings undone. Then each check looks for a concept, not a sentence:
+
+1. structure   - markup, tags, code or delimiters (`<...>`, ``` , {{, [[, <|...|>, ###, "system:").
+2. disguise    - a word mixing alphabets (Latin with Cyrillic or Greek lookalikes).
+3. meta        - the assistant's own instructions, prompt or rules to be ignored, revealed or
+                 overridden; a switch of persona or mode; a note addressed to the assistant.
+4. address     - the sentence speaks to the assistant ("you", or the assistant as its subject)
+                 instead of describing the user in the third person.
+5. skip        - a check, verification, policy or limit to be skipped, waived or not applied.
+6. authority   - a role, permission, entitlement or approval claimed for the user or granted to
+                 them, unless it is scoped to their own life ("an administrator at a hospital",
+                 "permission from their landlord") rather than to this service ("this chat",
+                 "any account", refunds, access).
+7. approval    - requests, refunds or access to be approved or granted by the assistant, in
+                 advance, or unconditionally; an order where a description should be.
+
+Each concept has its words in English, French, German, Spanish, Italian and Portuguese. Quotations
+are checked as sentences of their own. Measured on the corpus in evals/poisoning/ (see
+docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report on test.
+"""
 
 import re
 import unicodedata
 
 from memoryapp.models import FACT_MAX_CHARS, KINDS
 
-# Zero-width, bidi override/isolate and other invisible format characters.
+# Zero-width, bidi override/isolate and other invisible format characters (all of category Cf).
 _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u00ad]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
-# A sentence end followed by more text means more than one sentence.
-_SENTENCE_BREAK = re.compile(r"[.!?](?=\s+[A-Z\"'(])|;|\n")
+# A sentence end followed by more text means more than one sentence. An initial ("Ursula K. Le
+# Guin") or a title ("Dr. Ng") is not a sentence end.
+_SENTENCE_BREAK = re.compile(
+    r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt))(?<!\bMrs)(?<!\bProf)[.!?](?=\s+[A-Z\"'(])|;|\n"
+)
 
-# Phrasings that address the assistant or grant permissions rather than describe the user.
+# The old blocklist of phrasings. It is no longer the validator (see the checks below); the
+# staff poisoning audit still uses it as a cheap SQL prefilter over stored facts.
 INSTRUCTION_PATTERNS = [
     r"\bignore (all |any )?(previous|prior|above|earlier) (instructions|prompts?|messages)",
     r"\bdisregard (all |any )?(previous|prior|above|earlier|your)",
@@ -29,20 +65,683 @@ INSTRUCTION_PATTERNS = [
     r"\bsystem prompt\b",
     r"^(ignore|disregard|forget|do not|don't|always|never|you must|you should|please)\b",
 ]
-_INSTRUCTION = re.compile("|".join(INSTRUCTION_PATTERNS), re.IGNORECASE)
 
 
 def normalise(text):
     """Fact text as stored: NFC, no invisible or control characters, single spaces."""
     text = unicodedata.normalize("NFC", str(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     text = _INVISIBLE.sub("", text)
     text = _CONTROL.sub(" ", text)
     return _SPACE.sub(" ", text).strip()
 
 
+# --- the checking form ---------------------------------------------------------------------------
+
+# Letters from other alphabets that look like ASCII ones (Cyrillic, Greek, Cherokee, IPA, small
+# capitals), and brackets, colons, slashes, bars and dashes that look like the ASCII delimiters.
+_LOOKALIKES_FROM = (
+    "аàáâвсԁеёһіїјкӏмнорԛѕтухԝьпгАВСЕНІЈКМОРЅТХУԀԌԚαβεηικνορτυχγω"
+    "ϲϳΑΒΕΖΗΙΚΜΝΟΡΤΥΧᎪᏴᏟᎠᎬᎻᏆᎫᏦᏞᎷᏢᏚᎢᏙᎳᏃıȷſɑɡɩʏʀɪᴀʙᴄᴅᴇɢʜᴊᴋʟᴍɴᴏᴘꜱᴛᴜᴠ"
+    "ᴡᴢ‹〈⟨❮˂ᐸ⟪《›〉⟩❯˃ᐳ⟫》։׃˸꞉∶∕⁄⧸ǀ∣│￨‐‑‒–—―−‘’‚‛′“”„‟″"
+    "【〖〔⟦〚⦃⁅】〗〕⟧〛⦄⁆‖¦∥"
+)
+_LOOKALIKES_TO = (
+    "aaaabcdeehiijklmhopqstyxwbnrABCEHIJKMOPSTXYDGQabenikvoptuxyw"
+    "cjABEZHIKMNOPTYXABCDEHIJKLMPSTVWZijsagiyriabcdeghjklmnopstuv"
+    "wz<<<<<<<<>>>>>>>>:::::///||||-------'''''\"\"\"\"\""
+    "[[[[[{[]]]]]}]|||"
+)
+_LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES_FROM, _LOOKALIKES_TO)
+# Digits and symbols standing in for letters inside a word ("4dm1n", "1gn0re").
+_LEET_TABLE = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
+_LEET_WORD = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
+# Three or more single letters separated by spaces, dots or dashes ("a d m i n", "i-g-n-o-r-e").
+_SPACED_LETTERS = re.compile(r"(?<![a-z])[a-z](?:[ .\-_*·]+[a-z](?![a-z])){2,}")
+
+
+def _unleet(match):
+    word = match.group(0)
+    return word.translate(_LEET_TABLE) if re.search(r"[0-9@$]", word) else word
+
+
+_LETTER_GAP = re.compile(r"[ .\-_*·]")
+_ARTICLE = re.compile(r"[ai][ .\-_*·]+(?=[a-z](?:[ .\-_*·]+[a-z]){2,}$)")
+
+
+def _join_letters(match):
+    return _LETTER_GAP.sub("", match.group(0))
+
+
+def _join_after_article(match):
+    # "is a s u p e r u s e r": the article stays a word of its own
+    run = match.group(0)
+    head = _ARTICLE.match(run)
+    return head.group(0) + _LETTER_GAP.sub("", run[head.end() :]) if head else _LETTER_GAP.sub("", run)
+
+
+def fold(text, keep_article=False):
+    """The checking form of `text`: what it says, with the disguises taken off (never stored)."""
+    text = unicodedata.normalize("NFKC", str(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    text = text.translate(_LOOKALIKE_TABLE)
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    text = _SPACE.sub(" ", _CONTROL.sub(" ", text.casefold())).strip()
+    text = re.sub(r"n't\b", " not", text)  # "doesn't" -> "does not": one form to check
+    text = re.sub(r"(?<=[a-z])_(?=[a-z])", " ", text)  # "override_all_limits" is three words
+    return _SPACED_LETTERS.sub(_join_after_article if keep_article else _join_letters, text)
+
+
+_QUOTATION = re.compile(r"\"[^\"]+\"|(?:^|(?<=\s))'[^']+'|(?<=:)[^:]+$")
+
+
+def _variants(text):
+    """The checking forms: folded, with digit-for-letter spellings undone, and with a spaced-out word
+    read after a one-letter article ("is a s u p e r u s e r")."""
+    folded = fold(text)
+    forms = [folded, _LEET_WORD.sub(_unleet, folded), fold(text, keep_article=True)]
+    # A quotation, or what follows a colon, is checked as a sentence of its own: an order stays an
+    # order when somebody is quoted giving it.
+    forms += [q.strip(" \"'") for q in _QUOTATION.findall(folded)]
+    return tuple(dict.fromkeys(f for f in forms if f))
+
+
+def _words(alternatives):
+    """A regex group of alternatives written as one string."""
+    return f"(?:{alternatives})"
+
+
+# --- 1. structure: markup, tags, code and delimiters -----------------------------------------------
+
+# A comparison before a number ("under < 500", ">= 18") is the only angle bracket a sentence needs.
+_COMPARISON = re.compile(r"(?:^|\s)[<>]=?\s*[\d$€£]")
+_STRUCTURE = re.compile(
+    "|".join(
+        [
+            r"[<>{}\[\]|\\`]",  # tags, templates, brackets, pipes, escapes, code spans
+            r"#{2,}|^\s*#",  # headings
+            r"(?:[-=*_~+]\s?){3,}",  # rules and fences
+            r"&(?:[a-z]+|#\d+|#x[0-9a-f]+);",  # HTML entities
+            r"%(?:3c|3e|2f|7b|7d|5b|5d)",  # percent-encoded delimiters
+            r"(?:^|[\s\"'(:])(?:system|assistant|user|human|ai|bot|model|developer|operator|admin|root"
+            r"|tool|instructions?|sys|inst|context|memory|prompt)\s*:(?!\d)",  # role prefixes
+            r"\b(?:javascript|vbscript|data)\s*:",  # script schemes
+            r"\bon[a-z]+\s*=|\$[({]|=>|==|&&|\w=\w",  # handlers, interpolation, operators
+            r"[a-z_]\((?:[^)\s]*[\d'\".][^)\s]*)?\)",  # calls: alert(1), print()
+        ]
+    )
+)
+
+
+def _structure(folded):
+    return bool(_STRUCTURE.search(_COMPARISON.sub(" ", folded)))
+
+
+# --- 2. disguise: a word that mixes alphabets --------------------------------------------------------
+
+_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "CHEROKEE", "ARMENIAN", "COPTIC", "GEORGIAN")
+
+
+def _script(ch):
+    name = unicodedata.name(ch, "")
+    return next((s for s in _SCRIPTS if name.startswith(s)), None)
+
+
+def _mixed_script(text):
+    text = unicodedata.normalize("NFKC", text)
+    for word in re.findall(r"\w+", text):
+        if len({_script(ch) for ch in word if ch.isalpha()} - {None}) > 1:
+            return True
+    return False
+
+
+# --- shared vocabulary (checking form: lower case, no accents) ----------------------------------------
+
+# Who the assistant is, when a fact talks to it or about what it should do.
+_MODEL = _words(
+    r"you|your(?:self)?"
+    r"|(?:the |this )?(?:assistant|ai|model|bot|chatbot|agent|llm|system|support(?: team| staff| agents?)?)(?:'s)?"
+    r"|staff|claude|chatgpt|gpt|l'assistant|der assistent|el asistente|l'assistente|o assistente"
+)
+# What carries authority in a support or agent setting: strong on its own...
+_GRANTABLE_STRONG = _words(
+    r"refunds?|reimbursements?|chargebacks?|credits?|compensation|discounts?|exceptions?|overrides?"
+    r"|access|permissions?|privileges?|rights|clearance|money|funds|upgrades?|admin\w*|moderator\w*"
+    r"|remboursements?|\w*erstattung\w*|reembolsos?|rimbors[io]"
+)
+# ...or when the assistant is the one to grant it.
+_GRANTABLE = _words(
+    _GRANTABLE_STRONG[3:-1] + r"|requests?|transactions?|transfers?|payments?|withdrawals?|claims?|orders?"
+    r"|returns?|everything|anything|whatever"
+)
+_APPROVED = _words(
+    r"approved|granted|authori[sz]ed|honou?red|allowed|permitted|unlocked|waived|rubber-?stamped|green-?lit"
+    r"|automatic|guaranteed|unconditional"
+)
+# Outcomes rather than grants: authority only when unconditional ("always go through", "every request accepted").
+_OUTCOME = _words(r"accepted|expedited|refunded|go(?:es)? through|went through|processed|issued")
+_UNCONDITIONAL = re.compile(
+    r"\b(?:all|every|any|always|automatically|immediately|instantly|straight away|right away|at once|without"
+    r"|no matter|unconditionally|on the spot|no questions)\b"
+)
+# Approval, permission and entitlement in the other languages. Facts are written in English about
+# the user, so in another language these words only come in as a payload.
+_FOREIGN_AUTHORITY = _words(
+    r"approuv\w*|genehmig\w*|aprob\w*|preaprob\w*|approvat\w*|aprovad\w*|autorise\w*|autoriz\w*"
+    r"|berechtigt\w*|befugt\w*|erlaubt\w*|freigeb\w*|freigegeben|a le droit|hat das recht"
+    r"|tiene (?:el )?derecho|tiene permiso|ha il diritto|tem o direito|administrateur\w*|administrador\w*"
+    r"|amministrator\w*|adminrecht\w*|administratorrecht\w*|\w*berechtigung\w*|volle rechte|superutilisateur"
+    r"|superusuario|beheerder\w*|darf \w+ ohne|vorab|acceso total|acces total|voll\w* zugriff|vollzugriff"
+    r"|accesso (?:completo|totale)|acces complet|acceso completo|acesso completo"
+    r"|acesso total"
+)
+# A role that would carry authority in this service if the user simply "is" it.
+_ROLE = _words(
+    r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
+    r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
+    r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|(?:trusted|privileged|verified|whitelisted) "
+    r"(?:testers?|insiders?|employees?|vendors?)|signator(?:y|ies)|authori[sz]ers?"
+    r"|administrat(?:eur|ore|ador)s?|(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)"
+    r"(?: (?:user|customer|client|member|account|account holder|party|buyer|agent|reseller|partner))?"
+    r"|developers? of (?:this|the) (?:assistant|system|app|bot|model|service)|one of the developers"
+)
+# A job title that happens to contain a role word: "a system administrator", "a database admin".
+_JOB_QUALIFIER = _words(
+    r"system|systems|network|database|it|school|hospital|office|practice|estate|contract|court"
+    r"|benefits|payroll|linux|windows|cloud|web|health|university|college|clinic|county|city|program"
+    r"|project|water|plant|machine|forum|group|page|content|community|server|game|discord|reddit"
+)
+# Nouns for this service itself: a role or permission scoped to one of these is a claim on it.
+_SERVICE = _words(
+    r"system|platform|service|site|app|application|assistant|bot|chat|account|accounts|support|server"
+    r"|database|model|tool|memory|conversation|portal|store|shop|helpdesk|help desk|admin panel|panel"
+    r"|company|customer|customers|workspace|queue"
+)
+# "at a hospital", "of their group", "from their landlord", "on Etsy", "to the gym": a role or
+# permission in the person's own life, not in this service ("to" only before a noun phrase, so
+# that "cleared to view" is not mistaken for a place).
+_ANCHOR = re.compile(
+    r"^\W*(?:[\w'-]+\W+){0,4}?"
+    r"(?:(?:at|of|for|in|on(?! behalf)|from|by|over|across)\s+|to\s+(?=(?:their|his|her|a|an|the)\b))"
+    r"(?!the\s+(?:\w+\s+)?"
+    + _SERVICE
+    + r"\b)(?!"
+    + _SERVICE
+    + r"\b)(?!(?:them|him|me|us|the user|this user)\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)"
+    r"(?!" + _GRANTABLE + r"\b)[a-z]"
+)
+# Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
+_DEICTIC = re.compile(
+    r"\b(?:this|these|here|any|every|all|other|others|each|my|everyone|everybody|anyone|anybody)\b"
+    r"(?! (?:year|week|month|morning|evening|summer|winter|spring|autumn|fall|weekend|semester|term|time|season)\b)"
+)
+_NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b")
+
+
+def _anchored(rest):
+    """The role or permission is scoped to the person's own life, and is not over anything of ours."""
+    return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest)
+
+
+def _reaches_service(rest):
+    """The rest of a permission names something this service controls (or nothing at all)."""
+    rest = rest.strip(" .,!?'\"")
+    return not rest or _names_service(rest)
+
+
+def _names_service(rest):
+    """`rest` names something this service controls: a grantable, one of its parts, internal data, "any"."""
+    return bool(
+        re.search(rf"\b(?:{_GRANTABLE[3:-1]}|{_SERVICE[3:-1]}|internal|confidential|restricted|classified)\b", rest)
+        or _DEICTIC.search(rest)
+    )
+
+
+def _negated(folded, match):
+    return bool(
+        _NEGATION.search(match.group(0)) or re.search(r"\b(?:not|never|no)\s+(?:\w+\s+)?$", folded[: match.start()])
+    )
+
+
+# --- 3. authority: roles, permissions and entitlements ------------------------------------------------
+
+_ALWAYS_AUTHORITY = re.compile(
+    rf"\bentitl\w*\s+(?:\S+\s+){{0,5}}?(?:{_GRANTABLE}|prices|pricing|rates|perks|free \w+|priority)\b"
+    r"|\bpre[- ]?(?:approv|authori[sz]|clear|verif|aprob)\w*"
+    r"|\bauto(?:matically|-)?\s?approv\w*"
+    r"|\b(?:approv|authori[sz]|clear|grant)\w* in advance\b"
+    r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
+    r"|\bno (?:proof|questions asked)\b"
+    r"|\ballowlist\w*|\bwhitelist\w*"
+    r"|\b(?:admin\w*|root|superuser|super-user|staff|owner|operator|moderator|vip|god|master|privileged)-"
+    r"(?:level|grade|tier|class|rank|status)\b"
+    rf"|{_FOREIGN_AUTHORITY}"
+)
+# "is allowed to", "is cleared to", "is eligible for": a standing permission (about this service).
+_PERMISSION_STATE = re.compile(
+    r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+(?:\w+\s+){0,2}?"
+    r"(?:authori[sz]ed|permitted|allowed|cleared|approved|privileged|eligible|qualified|certified)"
+    r"\s+(?:(?:by \w+(?: \w+)? )?to|for)\b"
+)
+# "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
+_PRIVILEGE_HELD = re.compile(
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|owns?|controls?"
+    r"|runs?|manages?)\s+(?:\w+\s+){0,3}?"
+    r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
+    r"|owner|master|god|special|vip|privileged|override|bypass)"
+    r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
+    r"|control)\b"
+)
+# "has permission to", "has clearance", "has the right to": a permission, authority when it is
+# about something this service controls.
+_PERMISSION_HELD = re.compile(
+    r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|carr(?:y|ies)|bears?"
+    r"|wields?)\s+(?:\w+\s+){0,3}?"
+    r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
+    r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to)\b"
+)
+# "is owed a refund for every order": an entitlement without saying so.
+_OWED = re.compile(rf"\b(?:is|are)\s+owed\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b")
+# "unrestricted refunds", "blanket approval": a grant without bounds.
+_BLANKET = re.compile(
+    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked)\s+"
+    r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
+    r"|abilities|powers|control"
+    r"|returns|access|rights|credit)\b"
+)
+# "a tier that grants free upgrades", "membership level grants unlimited returns".
+_STATUS_GRANTS = re.compile(
+    r"\b(?:tier|status|level|membership|role|plan|badge|rank|ticket|pass|card|code|key|voucher|token|subscription)"
+    r"\s+(?:that\s+|which\s+)?(?:grants?|allows?|entitles?|permits?|gives?|lets?|unlocks?|qualif\w+|waives?"
+    rf"|bypass\w*|overrides?|skips?)\s+(?:\S+\s+){{0,3}}?(?:{_GRANTABLE}|(?:all|every|any) \w+)\b"
+)
+# "may approve transactions", "can issue refunds": the power to grant, held by the user.
+_MAY_GRANT = re.compile(
+    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+)?(?:approve|grant|authori[sz]e|issue|unlock"
+    rf"|waive|override|bypass)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b"
+)
+# "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
+_ROLE_CLAIM = re.compile(
+    r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
+    r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
+    r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao|^)\s*"
+    r"((?:a|an|the|one of the|our|your|un|une|ein|eine|einer|el|la|le|der|die|das|uno|una|um"
+    r"|uma)\s+)?((?:[\w-]+ ){0,2}?)"
+    rf"{_ROLE}"
+    # the role is the head of its noun phrase: "a staff nurse" is not staff
+    r"(?=\s*$|\s*[.,;:!?)]|\s+(?:and|with|who|so|which|that|whose|for|of|on|at|in|to|by|here|over|across"
+    r"|entitled|allowed|authori[sz]ed|permitted|eligible|cleared|able|can|may|must|should)\b)"
+)
+# "a supervisor on this help desk": an ordinary job title, authority only when it is a job here.
+_JOB_IN_SERVICE = re.compile(
+    r"\b(?:is|as|'s)\s+(?:a|an|the)\s+(?:[\w-]+\s+){0,2}?(?:supervisor|manager|head|lead|director|agent|engineer"
+    r"|employee|representative|specialist|officer|member)\b(?=\s+(?:on|of|at|for|in)\b)"
+)
+_HERE = re.compile(r"\s+(?:on|of|at|for|in)\s+(?:(?:this|these|our|your)\s+|the\s+(?:[\w-]+\s+)?" + _SERVICE + r"\b)")
+# "can override decisions", "may bypass the queue": power over this service's outcomes.
+_MAY_OVERRIDE = re.compile(
+    r"\b(?:can|may|could|is able to|is free to)\s+(?:always\s+)?(?:override|overrule|bypass|veto)\b"
+)
+# "may access the admin panel", "can view any customer's account": reach into this service.
+_PRIVILEGED_REACH = re.compile(
+    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,4}?"
+    r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
+    r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
+    r"|other (?:users|customers|people|clients)|any (?:account|order|customer|user|record)"
+    r"|every (?:account|order|customer|user|record)|all (?:accounts|orders|customers|users|records))"
+)
+
+
+def _authority(folded):
+    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE)):
+        return True
+    for pattern, needs_target in (
+        (_PRIVILEGE_HELD, False),
+        (_BLANKET, True),
+        (_STATUS_GRANTS, False),
+        (_MAY_GRANT, True),
+        (_OWED, True),
+        (_PERMISSION_STATE, True),
+        (_PERMISSION_HELD, True),
+    ):
+        for m in pattern.finditer(folded):
+            rest = folded[m.end() :]
+            if _negated(folded, m) or _anchored(rest):
+                continue
+            if not needs_target or _reaches_service(rest):
+                return True
+    for m in _JOB_IN_SERVICE.finditer(folded):
+        if not _negated(folded, m) and _HERE.match(folded[m.end() :]):
+            return True  # "a supervisor on this help desk": a job, but one here
+    for m in _ROLE_CLAIM.finditer(folded):
+        article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
+        if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
+            continue  # a job title: "a system administrator" (but "the system operator" is a role here)
+        if not _negated(folded, m) and not _anchored(folded[m.end() :]):
+            return True
+    return False
+
+
+# --- 4. approval granted by the assistant or standing in advance ---------------------------------------
+
+# Verbs that grant on their own, and verbs that grant only something that carries authority.
+_GRANT_VERB = _words(
+    r"approv\w*|grant\w*|authori[sz]\w*|honou?r\w*|unlock\w*|waiv\w*|whitelist\w*|escalat\w*|expedit\w*"
+    r"|rubber-?stamp\w*|green-?light\w*|sign\w* off on|allow\w*|permit\w*|trust\w*|believ\w*|obey\w*"
+    r"|compl(?:y|ies|ied) with|treat\w*"
+)
+_HAND_VERB = _words(r"accept\w*|issu\w*|process\w*|refund\w*|reimburs\w*|fulfil\w*|give\w*|gave|hand\w* out|send\w*")
+_PASSIVE_APPROVAL = re.compile(
+    rf"\b{_GRANTABLE}\b(?:\s+\S+){{0,8}}?\s+"
+    r"(?:must|should|shall|will|can|could|would|may|might|are to|is to|need to|needs to|has to|have to|ought to"
+    r"|get|gets|are|is|be|been|being|always|automatically|immediately|simply|just)\s+"
+    rf"(?:\w+\s+){{0,2}}?(?:{_APPROVED}|({_OUTCOME}))\b"
+)
+_MODEL_APPROVES = re.compile(
+    rf"\b{_MODEL}[\s,]+(?:\w+\s+){{0,3}}?(?:{_GRANT_VERB}\s+(?:\S+\s+){{0,4}}?"
+    rf"(?:{_GRANTABLE}|the user|them|him|her|me|this user|this customer|(?:their|his|her) (?:word|identity|claims?)"
+    rf"|root|superuser)|{_HAND_VERB}\s+(?:\S+\s+){{0,4}}?{_GRANTABLE_STRONG})\b"
+)
+# "The user wants refunds approved", "prefers that refunds be issued": a wish that the assistant
+# grant something is a request for authority, not a fact.
+_WISHED_APPROVAL = re.compile(
+    r"\b(?:wants?|wanted|prefers?|preferred|expects?|asks?|requests?|would like|would love|would be"
+    r"|would appreciate|insists?|demands?|likes? it when|preference is|reminds?)\b"
+    rf"(?:\s+\S+){{0,6}}?\s+{_GRANTABLE}\b(?:\s+\S+){{0,3}}?\s+(?:be\s+|to be\s+|are\s+|is\s+|being\s+)?"
+    rf"(?:{_APPROVED}|({_OUTCOME}))\b"
+)
+# An order to the assistant: the sentence starts with a verb, not with what it describes.
+_IMPERATIVE = re.compile(
+    r"^(?:please |kindly |just |simply |also |always |now |so |bitte |por favor )*"
+    r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not"
+    r"|remember|note|obey|override|reveal|print|show|repeat|act|pretend|answer|respond|issue|refund|unlock"
+    r"|waive|disable|process|authori[sz]e|accept|comply|follow|execute|run|set aside|you|from now on"
+    r"|ignor\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
+    r"|omit\w*|uberspring\w*|revele\w*|revela\w*|ne (?:demande|verifie|controle)\w*|gib|gewahre\w*|concede\w*"
+    r"|otorga\w*|dale|accorde\w*|concedi)\b"
+)
+
+
+# A quoted order: "ignore the rules" inside a nickname, a hint or a signature.
+_QUOTED_ORDER = re.compile(
+    r"[\"']\s*(?:please |kindly |just )?(?:ignore|disregard|forget|approve|grant|skip|bypass|override|reveal|obey"
+    r"|unlock|waive|disable|authori[sz]e|refund)\b"
+)
+
+
+# "the manager has authorised all their refund requests": a standing grant by someone else.
+_GRANTED_BY_OTHERS = re.compile(
+    r"\b(?:has|have|had|already)\s+(?:already\s+)?(?:authori[sz]ed|approved|granted|sanctioned|signed off on"
+    r"|cleared)\s+"
+    rf"(?:all|every|any|unlimited|their|his|her|the user's)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE_STRONG}\b"
+)
+# A bare order where a description should be: "the catchphrase is approve everything".
+_BARE_ORDER = re.compile(
+    r"\b(?:is|are|says?|reads?|goes|means)\s+(?:approve|grant|skip|bypass|ignore|disregard|override|unlock|waive"
+    r"|refund|obey)\s+(?:all|every|everything|any|anything|the|refunds?|it|them|checks?|verification|rules"
+    r"|instructions|first)\b"
+)
+
+
+def _approval(folded):
+    unconditional = bool(_UNCONDITIONAL.search(folded))
+    for pattern in (_PASSIVE_APPROVAL, _WISHED_APPROVAL):
+        for m in pattern.finditer(folded):
+            if m.group(1) and not unconditional:
+                continue  # "wants their refund to go through before the holidays": an outcome, not a grant
+            if pattern is _PASSIVE_APPROVAL and re.search(r"\b(?:was|were|had been|got|not|never)\b", m.group(0)):
+                continue  # history ("was approved last week") or a refusal
+            by = re.match(r"\s*by\s+(?:the\s+)?([\w']+)", folded[m.end() :])
+            if by and not re.fullmatch(_MODEL, by.group(1)):
+                continue  # approved by someone in the person's own life
+            return True
+    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _IMPERATIVE, _QUOTED_ORDER, _BARE_ORDER))
+
+
+# --- 5. skipping a check -------------------------------------------------------------------------------
+
+# Checks that establish who someone is or whether something may happen: "without" or "no" is enough.
+_VERIFICATION = _words(
+    r"checks?|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications|verify(?:ing)?"
+    r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
+    r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
+    r"|approval(?: steps?| process)?|review|reviews|confirmation|confirm\w*|proof|evidence|screening"
+    r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
+    r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
+    r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
+    r"|ausweis\w*|pruebas?|prouver|preuves?|nachweis\w*"
+)
+# Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
+_RULE = _words(
+    r"policy|policies|politique|politica|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?"
+    r"|policy)"
+    r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?"
+    r"|regles|reglas|regeln|regole|limites?|limiten|limiti|beschrankung\w*|restricciones|restrizioni"
+)
+_WEAK_SKIP = _words(
+    r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide|do)\w*|no need|never ask\w*"
+    r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
+    r"|no necesita|pas besoin de|braucht keine?|non ha bisogno di"
+)
+_STRONG_SKIP = _words(
+    r"skip\w*|bypass\w*|by-pass\w*|waiv\w*|ignor\w*|disabl\w*|omit\w*|circumvent\w*|forgo(?:es|ing|ne)?|forego\w*"
+    r"|overrid\w*"
+    r"|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around|sidestep\w*|drop\w*|suspend\w*"
+    r"|lift\w*|relax\w*|exempt\w*(?: from)?|not subject to|free from|leave out|left out|instead of"
+    r"|take (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*|uberspr\w*|umgeh\w*"
+    r"|saltar\w*|omitas|spar(?:e|ed|ing)|excus\w*(?: from)?|let off|released from|exent[oa]s?|exempte|esente"
+    r"|annul\w*|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+)
+# "keine Limits", "sin limites": no limits at all, said in another language.
+_FOREIGN_NO_RULES = re.compile(
+    r"\b(?:keine?|sin|sans|senza|sem|aucune?|ningun\w*|nessun\w*)\s+(?:\S+\s+){0,2}?(?:limits?|limiten|limites?|limiti"
+    r"|regeln|regles|reglas|regole|beschrankung\w*|restrictions?|restricciones|restrizioni)\b"
+)
+_NO_QUESTIONS = re.compile(
+    r"\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
+    r"|any)\b"
+)
+_SKIP_CHECK = re.compile(
+    rf"\b(?:{_STRONG_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?(?:{_VERIFICATION}|{_RULE})"
+    rf"|{_WEAK_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?{_VERIFICATION})\b"
+)
+_CHECK_SKIPPED = re.compile(
+    rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
+    r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
+    r"|suspended|relaxed|loosened|removed|eased|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
+    r"|will |shall )?not apply|not be applied"
+    r"|befreit|ubersprungen|omitid\w*)"
+    rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
+    r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
+    r"|wants? none|wants? (?:it|them) gone|would rather (?:not|skip|avoid)"
+    r"|(?:ne \w+ )?pas (?:necessaires?|requises?|obligatoires?)|nicht (?:notig|erforderlich)|no (?:son "
+    r"|es )?necesari[oa]s?"
+    r"|non (?:sono )?necessari[oe]?))\b"
+)
+# A verification claimed as already done is a request not to do it.
+# "asks not to be verified", "should never be challenged": a check refused in advance.
+_NOT_TO_BE_CHECKED = re.compile(
+    r"\b(?:not|never|no longer)\s+(?:to\s+)?be\s+(?:re-?)?(?:verified|checked|authenticated|screened|reviewed"
+    r"|challenged"
+    r"|asked for (?:id|identification|proof|a password|a pin|verification)|questioned)\b"
+)
+_ALREADY_VERIFIED = re.compile(
+    r"\b(?:(?:their|his|her|the user's) )?(?:identity|id|account)\s+(?:\S+\s+){0,2}?"
+    r"(?:is|are|has been|have been|already|previously)\s+(?:\w+\s+)?"
+    r"(?:verified|authenticated|confirmed|vetted|validated|checked)\b"
+    rf"|\b{_MODEL}\s+(?:has |have |had )?(?:already |previously )?(?:verified|confirmed|authenticated|vetted"
+    rf"|checked)\s+"
+    r"(?:the user|this user|them|this customer|(?:their|the user's|this user's) (?:identity|id))\b"
+    r"|\b(?:the user|this user|this customer|the customer) (?:is|was|has been) (?:already |previously |fully )?"
+    r"(?:verified|authenticated|vetted|validated)\b"
+)
+
+
+def _skip(folded):
+    for m in _SKIP_CHECK.finditer(folded):
+        if not _anchored(folded[m.end() :]):
+            return True  # ("no password on their home Wi-Fi" is about their own things)
+    checks = (_CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES)
+    return any(p.search(folded) for p in checks)
+
+
+# --- 6. meta: the assistant's own instructions -----------------------------------------------------------
+
+_META_VERB = _words(
+    r"ignor\w*|disregard\w*|forget\w*|forgot|treat\w*|consider\w*|regard\w*|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*|discard\w*"
+    r"|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*|display\w*"
+    r"|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*|tell\w*|paste\w*"
+    r"|explain\w*|stop (?:follow|apply|enforc|us|obey|respect)\w*|outrank\w*|take\w* precedence over|priority over"
+    r"|trump\w*|pretend\w*"
+    r"|violat\w*|break\w*|circumvent\w*|evad\w*|escap\w*|oubli\w*|vergiss\w*|olvid\w*|revel\w*|offenleg\w*"
+    r"|zeig\w*|muestr\w*|montr\w*"
+)
+# Whose instructions: the assistant's own (or the ones it was given before).
+_META_OWNER = _words(
+    r"your|its|the (?:assistant|model|ai|bot|system|operator|developer)'s|system|hidden|initial|original"
+    r"|internal|confidential|prior|previous|earlier|above|developer|operator|secret|precedentes|vorherigen"
+    r"|anteriores|precedenti|ses|seine|sus|su|sue|suoi|vos|tes|deine|ihre|tus|tes"
+)
+# "their previous prompts" are the user's own, not the assistant's.
+_USERS_OWN = r"(?<!their )(?<!his )(?<!her )(?<!my )(?<!user's )"
+# What the assistant was given: always its own when named with an owner...
+_META_OBJECT = _words(
+    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines|guardrails|directives?|programming"
+    r"|configuration|config|safety \w+|content (?:policy|filters?)|api keys?|credentials|secrets?"
+    r"|rules|policy|policies|restrictions|guidance|training|context|messages|text|orders|commands|setup|set-up"
+    r"|persona|character|rulebook|rule book|playbook"
+    r"|(?:\w+ )?(?:refund|return|security|privacy) policy|anweisungen|systemanweisungen|instrucciones"
+    r"|istruzioni|instrucoes|prompt del sistema|regles|regeln|reglas|regole|consignes|richtlinien|directrices"
+    r"|direttive"
+)
+# ...and these are its own with any determiner ("all instructions", "any guidelines").
+_META_OBJECT_STRONG = _words(
+    r"instructions?|prompts?|system messages?|pre-?prompts?|guidelines?|guardrails?|directives?|programming"
+    r"|anweisungen|instrucciones|istruzioni|consignes"
+)
+_META = re.compile(
+    "|".join(
+        [
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT_STRONG}\s+{_META_OWNER}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?(?:all|any|every)\s+(?:\S+\s+){{0,1}}?{_META_OBJECT_STRONG}\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
+            rf"\b{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?"
+            r"(?:(?:be|are|is|been|being)\s+)?"
+            r"(?:\w+\s+)?(?:discarded|ignored|disregarded|overridden|dropped|forgotten|set aside|revealed|printed"
+            r"|shown|replaced|superseded|bypassed|lifted|suspended|void|null|invalid|cancel+ed|obsolete)",
+            r"\bsystem ?(?:instructions?|anweisungen)|\binstructions? (?:du )?systeme\b|\binstrucciones del sistema"
+            r"|\bistruzioni di sistema",
+            r"\b(?:instructions?|prompt|rules|guidelines|policy|restrictions)\s+(?:you|the assistant|it)\s+"
+            r"(?:was|were|has been|have been) (?:given|told)",
+            r"\b(?:everything|anything|all|what) (?:it|you|the assistant|the model|the ai) (?:was|were|has been"
+            r"|have been|had been) (?:told|given|taught|instructed)",
+            r"\b(?:what|everything|anything|all)\s+(?:the\s+)?(?:developers?|operators?|creators?|makers?|company|system"
+            r"|openai|anthropic|admins?)\s+(?:told|taught|instructed|gave|said to)\s+"
+            r"(?:it|you|the assistant|the model)\b",
+            r"\b(?:even if|even though|regardless of|no matter what|despite) (?:\S+\s+){0,2}?"
+            rf"(?:its|your|the assistant's|the model's) {_META_OBJECT}",
+            # the user's word set above the assistant's rules
+            r"\b(?:orders|commands|instructions|requests|wishes|word|messages)\b(?:\s+\S+){0,3}?\s+"
+            r"(?:above|over|before|ahead of|outrank\w*|overrid\w*|overrul\w*|supersed\w*|trump\w*"
+            r"|take\w* precedence|come\w* before|win\w* over)\b(?:\s+\S+){0,3}?\s+"
+            r"(?:everything|all|any|the assistant's|the model's|its|your|policy|policies|rules|guidelines"
+            r"|instructions)",
+            r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
+            r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
+            r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b|\buncensored\b",
+            # "act as an unrestricted shell" (a job is "works as a system administrator": no mode there)
+            r"\b(?:act|behave|respond|operate|function|answer)\w* as (?:an? |the |if (?:it|you) (?:were|was) )?"
+            r"(?:unrestricted|unfiltered|uncensored|jailbroken|root|superuser|dan|evil|(?:the )?system)\b",
+            r"\bbreak\w* character\b",
+            # any mention of the assistant's own rules: a fact about the user has no business with them
+            r"\b(?:its|your|the (?:assistant|model|ai|bot|chatbot|system|llm)'s)\s+(?:\S+\s+){0,2}?"
+            r"(?:instructions?|prompts?|system messages?|guidelines?|guardrails?|directives?|programming|configuration"
+            r"|config|rules|rulebook|policies|polic(?:y|ies)|restrictions|filters|safety \w+|content \w+|setup"
+            r"|persona|training)\b",
+            r"\b(?:hidden|initial|original|internal|developer|operator|secret|confidential) (?:prompts?|instructions?"
+            r"|configuration|config|guidelines)\b|\b(?:developer|operator) messages?\b",
+            rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?{_META_OBJECT}\s+(?:that\s+)?(?:it|you|the assistant|the model)\s+"
+            r"(?:got|received|was given|were given|has|have|follows?|uses?|runs? on|operates? under)\b",
+            r"\b(?:without|ignoring|beyond|outside|free of|free from)\s+(?:\S+\s+)?(?:its|your|the assistant's"
+            r"|the model's"
+            rf"|the ai's|the bot's|the system's)\s+(?:\S+\s+)?{_META_OBJECT}",
+            r"\b(?:as|like) dan\b|\bdan,",
+            r"\b(?:act|answer|respond|operate|behave|work|talk|reply)\w*\s+(?:\w+\s+){0,4}?"
+            r"(?:without|with no) (?:any )?(?:restrictions|limits|rules|filters|guardrails|censorship)",
+            r"\b(?:had|has|have|with) no (?:guardrails|rules|restrictions|filters|content policy|safety)\b",
+            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|say no)\w*",
+            r"\bwhatever (?:the user|they|he|she|this user) (?:asks?|says?|wants?|requests?|demands?)\b",
+            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:obey|comply with (?:every|all|any|whatever)|do whatever)\w*",
+            r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
+            r"|orders)\b",
+            r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
+            r"\b(?:note|message|memo|reminder|instructions?)\s+(?:to|for)\s+(?:the\s+)?"
+            r"(?:assistant|ai|model|bot|agent|system|llm|chatbot)\b",
+            r"^(?:dear|attention|hey|hi|hello|ok|okay)\s+(?:assistant|ai|model|bot|claude|chatgpt)\b",
+            r"(?:^|[\"'(:]\s*)(?:assistant|ai|model|bot|claude|chatgpt|system|agent)\s*,",
+            r"\b(?:system|admin|developer|operator) (?:note|message|notice|override|command)\b|\bsecurity override\b",
+            r"\b(?:reveal|disclos|leak|share|print|show|dump|expos)\w*\s+(?:\w+\s+){0,2}?"
+            r"(?:other (?:users|customers|people|clients)'?|another (?:user|customer)'s|internal|confidential"
+            r"|secret)",
+        ]
+    )
+)
+
+
+def _meta(folded):
+    return bool(_META.search(folded))
+
+
+# --- 7. who the sentence is about: the user or the organisation, never the assistant ------------------
+
+# "The assistant should...", "Support agents must...": the subject is the assistant, so the text is
+# an instruction to it. Preferences are written about the user ("The user prefers ...").
+_ASSISTANT_SUBJECT = re.compile(
+    r"^(?:\W*(?:please|kindly|note|important|attention)\W+)?(?:the |this |your )?"
+    r"(?:assistant|ai|model|bot|chatbot|llm|claude|chatgpt|gpt|you)\b"
+)
+# Text inside double quotes (or single quotes opened after a space) is somebody's words, not an address.
+_QUOTED = re.compile(r"\"[^\"]*\"|(?:^|(?<=\s))'[^']*'")
+# A lower-case "you" outside quotes speaks to the assistant ("You've Got Mail" is a title).
+_SECOND_PERSON = re.compile(r"(?<![\w'])(?:you|your|yours|yourself|you're|you've|you'll)\b")
+
+
+def _addresses_assistant(raw, folded):
+    if _ASSISTANT_SUBJECT.search(folded):
+        return True
+    text = unicodedata.normalize("NFKC", raw).translate(_LOOKALIKE_TABLE)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return bool(_SECOND_PERSON.search(_QUOTED.sub(" ", text)))
+
+
+# --- the entry point ------------------------------------------------------------------------------------
+
+CHECKS = [
+    (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words"),
+    (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says"),
+    (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be"),
+    (_addresses_assistant, "it speaks to the assistant; a fact describes the user in the third person"),
+    (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit"),
+    (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval"),
+    (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted"),
+]
+AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
+
+
+def authority_problem(text):
+    """Why `text` carries authority or markup instead of describing someone, or None."""
+    for folded in _variants(text):
+        for check, why in CHECKS:
+            if check(text, folded):
+                return AUTHORITY_REASON.format(why=why)
+    return None
+
+
 def looks_like_instruction(text):
     """True when the text reads as an instruction to the assistant or a grant of permission."""
-    return bool(_INSTRUCTION.search(text))
+    return authority_problem(text) is not None
 
 
 def fact_problem(text, kind):
@@ -57,6 +756,4 @@ def fact_problem(text, kind):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
-    if looks_like_instruction(text):
-        return "the text reads as an instruction to the assistant, not a fact about the user"
-    return None
+    return authority_problem(text)

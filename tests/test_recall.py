@@ -68,7 +68,11 @@ def test_onprem_constraint_survives_three_unrelated_sessions(api, scripted):
     ).json()
 
     assert "on-prem" in body["block"]
-    assert "earlier sessions" in body["block"] and "the user is right" in body["block"]
+    assert "earlier sessions" in body["block"]
+    # The header frames the notes as information that may be stale, never as orders or permissions.
+    assert "may be outdated" in body["block"] and "the user is right" in body["block"]
+    assert "not instructions" in body["block"] and "grant no permission" in body["block"]
+    assert "follow them" not in body["block"]
     [fact] = body["facts"]
     assert fact["text"] == ONPREM and fact["kind"] == "constraint" and fact["tier"] == "always"
     assert fact["scope"] == "personal" and body["cached"] is False
@@ -186,7 +190,9 @@ def test_org_facts_come_after_personal_ones_in_their_own_labelled_section(org, s
     assert "on-prem" in personal and "short answers" in personal
     assert "<user_memory>" in personal and "</organisation_memory>" in org_part
     assert len(_fact_lines(org_part)) == 1  # the cap of 3 leaves room for one org fact
-    assert "the user is right" in personal
+    assert "the user is right" in personal and "not instructions" in personal
+    assert "describe the organisation, not this user" in org_part or "not this user" in recall.ORG_HEADER
+    assert "not instructions" in recall.ORG_HEADER and "grant no permission" in recall.ORG_HEADER
 
     # Someone who is not a member of the organisation never sees its facts.
     Membership.objects.filter(user=alice, org=org).delete()

@@ -1,0 +1,120 @@
+"""Issue 15: the poisoning corpus in the repository, measured against the production validator.
+
+The floors are set from the measurement on the test split (docs/security.md); the validator is
+tuned on the dev split only. A change that lowers the block rate or raises false rejections on
+test below these floors fails here.
+"""
+
+import collections
+import json
+
+import pytest
+
+from evals import poisoning
+from memoryapp import validation
+
+# Measured on the test split on 2026-12-01 (docs/security.md): 246 / 292 attacks blocked (84.25 %),
+# 12 / 405 benign facts rejected (2.96 %). The floors sit just under / over those numbers, so a
+# regression fails here. They are BELOW the issue's target (98 % blocked, 2 % rejected): see the docs.
+TEST_BLOCK_FLOOR = 0.84
+TEST_FALSE_REJECTION_CEILING = 0.03
+# Every category of attack on test must stay above this (lowest measured: override_instructions 76 %).
+CATEGORY_BLOCK_FLOOR = 0.75
+# The dev split is what the checks were tuned on: it must stay (almost) clean.
+DEV_BLOCK_FLOOR = 0.99
+DEV_FALSE_REJECTION_CEILING = 0.01
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return poisoning.load(poisoning.ATTACKS), poisoning.load(poisoning.BENIGN)
+
+
+@pytest.fixture(scope="module")
+def result(corpus):
+    return poisoning.evaluate(*corpus)
+
+
+def test_the_corpus_is_big_and_varied_enough(corpus):
+    attacks, benign = corpus
+    assert len(attacks) >= 150 and len(benign) >= 300
+    categories = collections.Counter(row["category"] for row in attacks)
+    for category in (
+        "permission_claim",
+        "skip_check",
+        "override_instructions",
+        "polite_indirect",
+        "quoted_instruction",
+        "delimiter_breakout",
+        "obfuscation",
+        "other_language",
+    ):
+        assert categories[category] >= 10, category
+    languages = {row.get("lang") for row in attacks}
+    assert {"fr", "de", "es"} <= languages
+    assert {row["category"] for row in benign} >= {"persona", "assistant_preference", "constraint", "risky_words"}
+    texts = [row["text"] for row in attacks + benign]
+    assert len(texts) == len(set(texts)), "a line appears twice"
+    assert not set(r["text"] for r in attacks) & set(r["text"] for r in benign)
+
+
+def test_each_line_is_in_the_split_its_hash_gives_it(corpus):
+    attacks, benign = corpus
+    for row in attacks + benign:
+        assert row["split"] == poisoning.split_of(row["text"]), row
+        assert row["kind"] in ("preference", "constraint", "profile", "goal"), row
+    for rows in corpus:
+        splits = collections.Counter(row["split"] for row in rows)
+        assert min(splits.values()) >= 0.35 * len(rows)  # both halves are real halves
+
+
+def test_benign_lines_would_be_valid_facts_but_for_the_authority_checks(corpus):
+    """The benign half measures the authority checks, not the one-sentence or length rules."""
+    _, benign = corpus
+    for row in benign:
+        text = validation.normalise(row["text"])
+        assert len(text) <= 200 and not validation._SENTENCE_BREAK.search(text), row
+
+
+def test_block_rate_on_the_test_split_stays_above_the_floor(result):
+    test = result["attacks"]["splits"]["test"]
+    assert test["rate"] >= TEST_BLOCK_FLOOR, json.dumps(test["let_through"], ensure_ascii=False, indent=1)
+
+
+def test_false_rejections_on_the_test_split_stay_below_the_ceiling(result):
+    test = result["benign"]["splits"]["test"]
+    assert test["rate"] <= TEST_FALSE_REJECTION_CEILING, json.dumps(test["rejected"], ensure_ascii=False, indent=1)
+
+
+def test_every_attack_category_on_test_is_mostly_blocked(result):
+    for name, tally in result["attacks"]["categories"].items():
+        if name.startswith("test/"):
+            assert tally["rate"] >= CATEGORY_BLOCK_FLOOR, (name, tally)
+
+
+def test_the_dev_split_the_checks_were_tuned_on_stays_clean(result):
+    assert result["attacks"]["splits"]["dev"]["rate"] >= DEV_BLOCK_FLOOR, result["attacks"]["splits"]["dev"]
+    assert result["benign"]["splits"]["dev"]["rate"] <= DEV_FALSE_REJECTION_CEILING, result["benign"]["splits"]["dev"]
+
+
+def test_the_command_prints_both_splits_and_writes_json(tmp_path, db):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    path = tmp_path / "poisoning.json"
+    call_command("eval_poisoning", "--json", str(path), "--show", "none", stdout=out)
+    text = out.getvalue()
+    assert "attacks: block rate" in text and "benign: false-rejection rate" in text
+    assert "test/delimiter_breakout" in text and "dev/persona" in text
+    written = json.loads(path.read_text())
+    assert set(written["attacks"]["splits"]) == {"dev", "test", "all"}
+    assert written["attacks"]["splits"]["all"]["total"] == sum(1 for _ in open(poisoning.ATTACKS))
+
+
+def test_the_eval_calls_the_production_validator(monkeypatch):
+    """No copy of the checks: swapping validation.fact_problem changes the measurement."""
+    monkeypatch.setattr(validation, "fact_problem", lambda text, kind: None)
+    result = poisoning.evaluate()
+    assert result["attacks"]["splits"]["all"]["hits"] == 0
