@@ -37,8 +37,6 @@ import unicodedata
 
 from memoryapp.models import FACT_MAX_CHARS, KINDS
 
-# Zero-width, bidi override/isolate and other invisible format characters (all of category Cf).
-_INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u00ad]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
 # A sentence end followed by more text means more than one sentence. An initial ("Ursula K. Le
@@ -68,10 +66,13 @@ INSTRUCTION_PATTERNS = [
 
 
 def normalise(text):
-    """Fact text as stored: NFC, no invisible or control characters, single spaces."""
+    """Fact text as stored: NFC, no invisible or control characters, single spaces.
+
+    Invisible means every format character (Unicode category Cf): zero-width spaces and joiners,
+    bidi overrides and isolates, the soft hyphen, word joiners and the tag characters.
+    """
     text = unicodedata.normalize("NFC", str(text))
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    text = _INVISIBLE.sub("", text)
     text = _CONTROL.sub(" ", text)
     return _SPACE.sub(" ", text).strip()
 
