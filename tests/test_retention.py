@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 
 from memoryapp import extraction, forgetting, sessions, writing
+from memoryapp.backends import ModelUnavailable
 from memoryapp.models import Turn
 
 DAYS_31 = timedelta(days=31)
@@ -36,7 +37,7 @@ def test_a_session_that_produced_no_facts_keeps_no_turns(org, alice, scripted):
 
 def test_a_failed_extraction_keeps_the_turns_for_the_retry(org, alice, scripted):
     s = ended_session(org, alice, [("user", "I write everything in British English.")])
-    scripted.extract_answer = extraction.llm.ModelUnavailable("overloaded")
+    scripted.extract_answer = ModelUnavailable("overloaded")
     extraction.extract_session(s.id)
     assert ordinals(s) == [1]
 
@@ -91,7 +92,7 @@ def test_turns_of_a_session_still_waiting_for_extraction_are_kept(org, alice, tr
 
 
 def test_retention_walks_in_batches(org, alice, scripted, travel):
-    scripted.extract_answer = extraction.llm.ModelUnavailable("down")  # failed runs keep their turns
+    scripted.extract_answer = ModelUnavailable("down")  # failed runs keep their turns
     for i in range(5):
         s = ended_session(org, alice, [("user", f"Question {i}"), ("assistant", f"Answer {i}")])
         extraction.extract_session(s.id)
