@@ -159,7 +159,8 @@ def store_fact(
     called with no transaction open and no lock held; the result is applied in one short
     transaction under the user's (or org's) lock, after checking that the neighbours it judged are
     still the live neighbours. `claim()` runs first in that transaction (it may raise to abort the
-    write); `after(result)` runs last in it. Must not be called inside a transaction.
+    write); `after(result)` runs last in it. Call it outside any transaction: inside one, the
+    verdict call would hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)

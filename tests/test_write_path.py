@@ -257,8 +257,8 @@ def test_a_worker_killed_in_the_model_call_leaves_a_visible_run_and_the_sweeper_
     assert len(run.input_hash) == 64
     staff = Client()
     staff.force_login(person.__class__.objects.create_user("sam", password="x", is_staff=True))
-    page = staff.get(f"/console/runs/{run.id}/")
-    assert page.status_code == 200 and "running" in page.content.decode()
+    page = staff.get(f"/console/runs/{run.id}/").content.decode()
+    assert '<span class="badge running">running</span>' in page and "the model has not answered" in page
 
     tea = {"facts": [{"text": "The user drinks green tea.", "kind": "preference"}]}
     with override_settings(EXTRACTION_BACKEND=backends.ScriptedBackend(extract=tea)):
@@ -269,6 +269,8 @@ def test_a_worker_killed_in_the_model_call_leaves_a_visible_run_and_the_sweeper_
         assert sessions.sweep()["enqueued"] == 1  # the lease ran out: taken over
         run.refresh_from_db()
         assert run.status == "abandoned" and run.finished_at is not None
+        page = staff.get(f"/console/runs/{run.id}/").content.decode()
+        assert '<span class="badge abandoned">abandoned</span>' in page and "its lease ran out" in page
         again = extraction.extract_session(session.id)
 
     assert again.status == "succeeded"
