@@ -6,6 +6,9 @@ pytest-django's plain `db` fixture would wrap everything in one transaction and 
 """
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -19,6 +22,7 @@ from django.test import Client, override_settings
 from memoryapp import backends, extraction, orgs, sessions, writing
 from memoryapp.backends.base import EXTRACT_SYSTEM, VERDICT_PROMPT_VERSION, VERDICT_SYSTEM
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, OrgFactProposal
+from tests.conftest import BASE_DIR, REDIS_TEST_URL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -339,3 +343,23 @@ def test_judging_is_bounded_when_the_neighbours_keep_changing_and_nothing_is_los
     live = sorted(MemoryFact.objects.for_user(person).live().values_list("text", flat=True))
     assert live == sorted([EMACS, HELIX])  # the person's latest correction stands beside it
     assert FactEvent.objects.filter(action="superseded", actor="extractor").count() == 0
+
+
+def test_the_broker_redelivers_a_dead_workers_task_after_its_lease_not_after_an_hour():
+    """A configuration check (plumbing, not behaviour): Redis's visibility timeout fits the lease."""
+    # A fresh process configured for Redis, as a production worker is.
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "from memoryapp.celery import app; print(json.dumps([app.conf.broker_transport_options, "
+        "s.EXTRACTION_LEASE.total_seconds(), s.MODEL_CALL_MAX_SECONDS]))"
+    )
+    env = {**os.environ, "CELERY_BROKER_URL": REDIS_TEST_URL, "DJANGO_SETTINGS_MODULE": "memoryapp.settings"}
+    env.update(ANTHROPIC_TIMEOUT="30", ANTHROPIC_MAX_RETRIES="3")
+    run = subprocess.run([sys.executable, "-c", script], cwd=BASE_DIR, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    options, lease, longest_call = json.loads(run.stdout.strip().splitlines()[-1])
+    # The lease outlasts the longest single model call (it is renewed before each); redelivery comes
+    # after the lease has run out, so the redelivered task can take the session over, and well inside
+    # the one-hour default under which a dead worker's task was never redelivered in practice.
+    assert longest_call >= 30 * 4
+    assert longest_call < lease < options["visibility_timeout"] < 3600
