@@ -250,7 +250,8 @@ def _audit(org, expected_sessions):
     users = ExternalIdentity.objects.filter(org=org).values("user_id")
     runs = ExtractionRun.objects.filter(session_id__in=session_ids)
     per_session = dict(
-        runs.filter(status=ExtractionRun.Status.SUCCEEDED).values_list("session_id").annotate(n=Count("id"))
+        # A run that finished (succeeded, or an unreadable answer) completes its session; count those.
+        runs.filter(status__in=ExtractionRun.FINISHED).values_list("session_id").annotate(n=Count("id"))
     )
     once = sum(1 for sid in session_ids if per_session.get(sid) == 1)
     live = MemoryFact.objects.filter(user_id__in=users, scope=MemoryFact.Scope.PERSONAL).live()
@@ -263,7 +264,7 @@ def _audit(org, expected_sessions):
         "sessions_extracted_once": once,
         "sessions_not_extracted_once": len(session_ids) - once,
         "succeeded_runs": runs.filter(status=ExtractionRun.Status.SUCCEEDED).count(),
-        "failed_runs": runs.filter(status=ExtractionRun.Status.FAILED).count(),
+        "failed_runs": runs.filter(status__in=[ExtractionRun.Status.FAILED, ExtractionRun.Status.ABANDONED]).count(),
         "users": users.count(),
         "users_with_duplicate_live_facts": len({d["user_id"] for d in duplicates}),
         "live_facts": live.count(),

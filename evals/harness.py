@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
 from django.test import override_settings
@@ -673,7 +674,8 @@ class Runner:
 
     def step_advance(self, step):
         delta = clock.parse_duration(step.args)
-        clock.advance(delta)
+        # Inside run_scenario's override_settings: undone when the scenario ends.
+        settings.CLOCK_OFFSET = settings.CLOCK_OFFSET + delta
         self.moved += delta
 
     def step_forget(self, step):
@@ -733,7 +735,8 @@ def run_scenario(scenario, backend="scripted"):
     result = ScenarioResult(name=scenario.name, source=scenario.source)
     runner = None
     try:
-        with transaction.atomic():
+        # The scenario's clock moves (step "advance") live in this override and end with it.
+        with override_settings(CLOCK_OFFSET=settings.CLOCK_OFFSET), transaction.atomic():
             runner = Runner(scenario, backend, result)
             for step in scenario.steps:
                 try:
@@ -755,16 +758,11 @@ def run_scenario(scenario, backend="scripted"):
             raise _Rollback()
     except _Rollback:
         pass
-    finally:
-        if runner is not None and runner.moved:
-            clock.advance(-runner.moved)
     return result
 
 
 def anthropic_configured():
     """True when an API key is set, so the anthropic backend can be used."""
-    from django.conf import settings
-
     return bool(settings.ANTHROPIC_API_KEY)
 
 

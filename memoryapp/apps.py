@@ -7,6 +7,6 @@ class MemoryappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # Register the Celery tasks in every process, so that sessions.enqueue_extraction can find
-        # them by name (importing memoryapp.tasks at module level would be an import cycle).
+        # Register the Celery tasks in every process (web, worker, tests): sessions.enqueue_extraction
+        # looks its task up by name, which fails unless memoryapp.tasks has been imported.
         from memoryapp import tasks  # noqa: F401

@@ -1,27 +1,14 @@
-"""The one place the code reads the time, so tests and the eval harness can move it."""
+"""The one place the code reads the time; tests and the eval harness move it through settings.CLOCK_OFFSET."""
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
-
-_offset = timedelta(0)
 
 
 def now():
-    """The current time, plus whatever the clock has been advanced by."""
-    return timezone.now() + _offset
-
-
-def advance(delta):
-    """Move the clock forward by `delta` (a timedelta)."""
-    global _offset
-    _offset += delta
-
-
-def reset():
-    """Put the clock back to real time."""
-    global _offset
-    _offset = timedelta(0)
+    """The current time, plus settings.CLOCK_OFFSET (a timedelta; zero outside tests and evaluations)."""
+    return timezone.now() + getattr(settings, "CLOCK_OFFSET", timedelta(0))
 
 
 def parse_duration(text):

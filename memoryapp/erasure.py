@@ -104,10 +104,12 @@ def erase_user(user, requested_via):
     ref = subject_ref(user_id)
     counts = Counter()
     with transaction.atomic():
-        # Lock order matters (see the concurrency tests). First the user's sessions: a running
-        # extraction holds its session row for the whole run, so this waits for it to commit and
-        # a task that starts later skips the locked row and writes nothing. NO KEY UPDATE, so
-        # foreign-key checks of other writers are not blocked and cannot deadlock against us.
+        # Lock order matters (see the concurrency tests). First the user's sessions: an extraction
+        # takes its session row only for its short write transactions (never across a model call),
+        # so this waits at most for one of those; afterwards the extraction finds its session gone
+        # and writes nothing more, and a claim that starts meanwhile waits, then matches no row.
+        # NO KEY UPDATE, so foreign-key checks of other writers are not blocked and cannot
+        # deadlock against us.
         list(
             AgentSession.objects.select_for_update(no_key=True)
             .filter(user_id=user_id)

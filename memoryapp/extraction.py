@@ -8,11 +8,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 
 from memoryapp import clock, validation, writing
 from memoryapp.backends import Answer, ModelUnavailable, Usage, active_backend
-from memoryapp.backends.base import PROMPT_VERSION
+from memoryapp.backends.base import PROMPT_VERSION, VERDICT_PROMPT_VERSION
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, Membership, OrgFactProposal, Turn
 
 log = logging.getLogger(__name__)
@@ -79,123 +81,222 @@ def transcript(user_turns):
 
 
 # --- the session-end pipeline ---------------------------------------------------
+#
+# No transaction is open and no lock is held while a model is called: a slow or hung provider must
+# never block a person's correction, deletion or erasure. The run is a series of short transactions:
+#   1. claim the session (a conditional UPDATE with a lease) and record the run as running;
+#   2. call the extraction model, then save its raw answer on the run;
+#   3. per candidate: judge it (verdict model, nothing held), then write it under the user's lock
+#      after checking the run still holds the claim (writing.store_fact does the re-checking);
+#   4. mark the run succeeded and the session done.
+# Exactly once: the claim admits one worker at a time, and every candidate's key is committed with
+# its write, so an attempt after a crash or a kill skips what an earlier attempt already wrote.
+
+
+class ClaimLost(Exception):
+    """The session was taken over (lease ran out), erased, or finished by someone else mid-run."""
 
 
 def _backoff(attempts):
     return timedelta(minutes=min(60, 2 ** max(0, attempts - 1)))
 
 
-@dataclass
-class _RunInfo:
-    """What a run knew before it failed, so a rolled-back run can still be recorded."""
-
-    backend: str = ""
-    model: str = ""
-    input_hash: str = ""
-    raw_output: str = ""
-    started_at: object = None
-    started: float = 0.0
+def candidate_key(candidate):
+    """A stable key for a candidate fact within one session (a hash, so it copies no text)."""
+    folded = re.sub(r"[^\w]+", " ", candidate.text.casefold()).strip()
+    return hashlib.sha256(f"{candidate.scope}:{folded}".encode()).hexdigest()[:32]
 
 
 def extract_session(session_id):
     """Run extraction for one ended session, exactly once; returns the ExtractionRun or None."""
-    info = _RunInfo(started_at=clock.now(), started=time.monotonic())
+    started = time.monotonic()
+    run = claim_session(session_id)
+    if run is None:
+        return None
+    usage = Usage()
     try:
-        return _extract(session_id, info)
+        return _run(run, usage, started)
+    except ClaimLost:
+        log.warning("extraction of session %s lost its claim mid-run; it wrote nothing more", session_id)
+        return None
     except ModelUnavailable as exc:
-        return _record_failure(session_id, info, str(exc))
+        return _record_failure(run, str(exc), usage, started)
     except Exception as exc:
-        # The run's writes were rolled back with its transaction: the session learns nothing from
+        # What was committed stays (each candidate's key with it); the session learns nothing more from
         # this attempt, stays usable, and the sweeper (or staff) retries after the backoff.
         log.exception("extraction crashed for session %s", session_id)
-        return _record_failure(session_id, info, f"{type(exc).__name__}: {exc}")
+        return _record_failure(run, f"{type(exc).__name__}: {exc}", usage, started)
 
 
-def _extract(session_id, info):
-    # One transaction holds the session row lock for the whole run, so a worker killed part-way
-    # rolls back everything it wrote and the redelivered task starts clean (exactly once).
+def claim_session(session_id):
+    """Take the session for one worker and record the attempt as a running run; None if there is nothing to do."""
+    now = clock.now()
     with transaction.atomic():
-        session = (
-            AgentSession.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("user__memory_settings", "org")
-            .filter(id=session_id, ended_at__isnull=False)
-            .first()
+        # Why a conditional UPDATE and not a row lock held for the whole run: the claim must survive
+        # the model calls without a transaction open. It admits one worker: of two racing, one
+        # updates the row and the other's WHERE no longer matches. A running claim whose lease ran
+        # out (its worker died) can be taken over.
+        claimed = (
+            AgentSession.objects.filter(id=session_id, ended_at__isnull=False)
+            .filter(
+                Q(extraction_status__in=CLAIMABLE)
+                | Q(extraction_status=AgentSession.Extraction.RUNNING, next_attempt_at__lte=now)
+            )
+            .update(extraction_status=AgentSession.Extraction.RUNNING, next_attempt_at=now + settings.EXTRACTION_LEASE)
         )
-        if session is None:
-            return None  # erased, not ended, or another worker holds it
-        if session.extraction_status in (AgentSession.Extraction.DONE, AgentSession.Extraction.SKIPPED):
-            return None
-        if session.extraction_runs.filter(status=ExtractionRun.Status.SUCCEEDED).exists():
-            AgentSession.objects.filter(id=session.id).update(extraction_status=AgentSession.Extraction.DONE)
+        if not claimed:
+            return None  # erased, not ended, finished, or another worker holds it
+        abandon_runs(session_id, now)
+        session = AgentSession.objects.select_related("user__memory_settings").get(id=session_id)
+        if session.extraction_runs.filter(status__in=ExtractionRun.FINISHED).exists():
+            AgentSession.objects.filter(id=session_id).update(
+                extraction_status=AgentSession.Extraction.DONE, next_attempt_at=None
+            )
             return None
         if not writing.memory_allowed(session):
             skip_session(session)
             return None
-
         # Invariant 1: only the user's own turns are ever read for extraction.
-        user_turns = list(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
-        text = transcript(user_turns)
+        text = transcript(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
         backend = active_backend()
-        info.backend, info.model = backend.name, backend.model
-        info.input_hash = hashlib.sha256(text.encode()).hexdigest()
-        if user_turns:
-            answer = backend.extract(text)  # ModelUnavailable after bounded retries -> failed run
-        else:
-            answer = Answer(text='{"facts": []}', model="none")
-        info.raw_output = answer.text
-        run = ExtractionRun.objects.create(
+        # Recorded before the model is called and committed with the claim: if the worker is killed
+        # inside the call, staff still see this attempt (running, then abandoned by the sweeper).
+        return ExtractionRun.objects.create(
             user_id=session.user_id,
             session=session,
             backend=backend.name,
-            model=answer.model or backend.model,
+            model=backend.model,
             prompt_version=PROMPT_VERSION,
-            input_hash=info.input_hash,
-            started_at=info.started_at,
+            verdict_prompt_version=VERDICT_PROMPT_VERSION,
+            input_hash=hashlib.sha256(text.encode()).hexdigest(),
+            started_at=now,
         )
-        usage = Usage()
-        usage.add(answer.usage)
-        parsed = parse_answer(answer.text)
 
-        outcomes, proposals = [], 0
-        # Writes for one user are serialised by a transaction-scoped advisory lock (writing.lock_user).
-        writing.lock_user(session.user_id)
-        member_org_ids = set(Membership.objects.filter(user_id=session.user_id).values_list("org_id", flat=True))
-        ordinals = [t.ordinal for t in user_turns]
-        for candidate in parsed.facts:
-            if candidate.scope == "org":
+
+CLAIMABLE = (
+    AgentSession.Extraction.PENDING,
+    AgentSession.Extraction.QUEUED,
+    AgentSession.Extraction.FAILED,
+)
+
+
+def abandon_runs(session_id, now=None):
+    """Mark the session's running runs abandoned: their worker stopped and its lease ran out."""
+    return ExtractionRun.objects.filter(session_id=session_id, status=ExtractionRun.Status.RUNNING).update(
+        status=ExtractionRun.Status.ABANDONED,
+        finished_at=now or clock.now(),
+        error="the worker stopped before finishing (killed, or its machine went away); its lease ran out",
+    )
+
+
+def _hold(run):
+    """Inside a write transaction: lock the session row and check this run still holds the claim."""
+    # Why the session row first: erasure locks a user's session rows before the user's write lock;
+    # taking them in the same order means the two can never deadlock. While we hold it, a takeover
+    # (which updates this row first) or an erasure waits for our short transaction.
+    session = (
+        AgentSession.objects.select_for_update(no_key=True)
+        .filter(id=run.session_id, extraction_status=AgentSession.Extraction.RUNNING)
+        .first()
+    )
+    if session is None or not ExtractionRun.objects.filter(id=run.id, status=ExtractionRun.Status.RUNNING).exists():
+        raise ClaimLost(run.session_id)
+    return session
+
+
+def _renew(run):
+    """Extend the claim before a model call; ClaimLost if it was taken over or the session erased."""
+    renewed = AgentSession.objects.filter(
+        id=run.session_id,
+        extraction_status=AgentSession.Extraction.RUNNING,
+        extraction_runs__id=run.id,
+        extraction_runs__status=ExtractionRun.Status.RUNNING,
+    ).update(next_attempt_at=clock.now() + settings.EXTRACTION_LEASE)
+    if not renewed:
+        raise ClaimLost(run.session_id)
+
+
+def _run(run, usage, started):
+    session = AgentSession.objects.select_related("user", "org").get(id=run.session_id)
+    user_turns = list(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
+    backend = active_backend()
+    if user_turns:
+        # The extraction call: no transaction open, no lock held (only the lease, renewed at claim time).
+        answer = backend.extract(transcript(user_turns))  # ModelUnavailable after bounded retries -> failed run
+    else:
+        answer = Answer(text='{"facts": []}', model="none")
+    usage.add(answer.usage)
+    parsed = parse_answer(answer.text)
+    # Committed at once: staff see what the model said even if the worker dies while judging.
+    ExtractionRun.objects.filter(id=run.id, status=ExtractionRun.Status.RUNNING).update(
+        model=answer.model or backend.model,
+        raw_output=answer.text,
+        facts_proposed=len(parsed.facts),
+        facts_dropped=len(parsed.dropped),
+    )
+
+    # Candidates an earlier attempt of this session already wrote (it crashed or was killed after).
+    done_keys = set()
+    for keys in session.extraction_runs.exclude(id=run.id).values_list("applied_keys", flat=True):
+        done_keys.update(keys or [])
+    applied = []
+    member_org_ids = set(Membership.objects.filter(user_id=session.user_id).values_list("org_id", flat=True))
+    ordinals = [t.ordinal for t in user_turns]
+
+    def judge(new_text, old_texts):
+        _renew(run)  # the claim outlives every verdict call, however slow
+        return backend.verdicts(new_text, old_texts)
+
+    def mark_applied(key):
+        applied.append(key)
+        ExtractionRun.objects.filter(id=run.id).update(applied_keys=applied)
+
+    outcomes, proposals, earlier = [], 0, 0
+    for candidate in parsed.facts:
+        key = candidate_key(candidate)
+        if key in done_keys:
+            earlier += 1
+            continue
+        if candidate.scope == "org":
+            with transaction.atomic():
+                _hold(run)
                 if session.org_id in member_org_ids and propose_org_fact(session, run, candidate):
                     proposals += 1
-                continue
-            result = writing.store_fact(
-                session.user,
-                candidate.text,
-                candidate.kind,
-                session=session,
-                run=run,
-                source_turns=source_turns_for(candidate.text, user_turns, ordinals),
-                judge=backend.verdicts,
-                usage=usage,
-            )
-            outcomes.append(result)
+                mark_applied(key)
+            continue
+        result = writing.store_fact(
+            session.user,
+            candidate.text,
+            candidate.kind,
+            session=session,
+            run=run,
+            source_turns=source_turns_for(candidate.text, user_turns, ordinals),
+            judge=judge,
+            usage=usage,
+            claim=lambda: _hold(run),
+            after=lambda result, key=key: mark_applied(key),
+        )
+        outcomes.append(result)
 
-        run.status = ExtractionRun.Status.SUCCEEDED
+    with transaction.atomic():
+        _hold(run)
+        run.refresh_from_db()
+        run.status = ExtractionRun.Status.UNREADABLE if parsed.error else ExtractionRun.Status.SUCCEEDED
         run.finished_at = clock.now()
-        run.duration_ms = int((time.monotonic() - info.started) * 1000)
-        run.raw_output = answer.text
+        run.duration_ms = int((time.monotonic() - started) * 1000)
         run.error = parsed.error or "; ".join(f"dropped: {reason}" for _, reason in parsed.dropped)[:2000]
-        run.facts_proposed = len(parsed.facts)
-        run.facts_dropped = len(parsed.dropped)
         _apply_usage(run, usage)
         run.verdict_calls = sum(r.judge_calls for r in outcomes)
         run.save()
-        session.extraction_status = AgentSession.Extraction.DONE
-        session.extraction_attempts += 1
-        session.next_attempt_at = None
-        session.save(update_fields=["extraction_status", "extraction_attempts", "next_attempt_at"])
-        if not proposals and not any(r.fact is not None for r in outcomes):
+        AgentSession.objects.filter(id=session.id).update(
+            extraction_status=AgentSession.Extraction.DONE,
+            extraction_attempts=F("extraction_attempts") + 1,
+            next_attempt_at=None,
+        )
+        if not proposals and not earlier and not any(r.fact is not None for r in outcomes):
             # Retention: a session that taught nothing keeps no turns.
             Turn.objects.filter(session=session).delete()
-        return run
+    return run
 
 
 def _apply_usage(run, usage):
@@ -206,43 +307,31 @@ def _apply_usage(run, usage):
     run.cost_usd = usage.cost_usd
 
 
-def _record_failure(session_id, info, error):
-    """Record a failed run and schedule the retry; the session itself is untouched."""
+def _record_failure(run, error, usage, started):
+    """Mark the run failed and schedule the retry; the session itself is untouched."""
     try:
         with transaction.atomic():
-            session = (
-                AgentSession.objects.select_for_update(skip_locked=True, of=("self",))
-                .filter(id=session_id, ended_at__isnull=False)
-                .exclude(extraction_status__in=[AgentSession.Extraction.DONE, AgentSession.Extraction.SKIPPED])
-                .first()
-            )
-            if session is None:
-                return None
-            run = ExtractionRun.objects.create(
-                user_id=session.user_id,
-                session=session,
-                backend=info.backend or active_backend().name,
-                model=info.model or "",
-                prompt_version=PROMPT_VERSION,
-                input_hash=info.input_hash,
-                started_at=info.started_at or clock.now(),
-                finished_at=clock.now(),
-                duration_ms=int((time.monotonic() - info.started) * 1000),
-                status=ExtractionRun.Status.FAILED,
-                error=error[:2000],
-                raw_output=info.raw_output,
-            )
+            session = _hold(run)
+            run.refresh_from_db()
+            run.status = ExtractionRun.Status.FAILED
+            run.finished_at = clock.now()
+            run.duration_ms = int((time.monotonic() - started) * 1000)
+            run.error = error[:2000]
+            _apply_usage(run, usage)
+            run.save()
             attempts = session.extraction_attempts + 1
             AgentSession.objects.filter(id=session.id).update(
                 extraction_status=AgentSession.Extraction.FAILED,
                 extraction_attempts=attempts,
                 next_attempt_at=clock.now() + _backoff(attempts),
             )
+    except ClaimLost:
+        return None  # taken over or erased meanwhile: the new holder records its own outcome
     except Exception:
-        # The database itself is failing; the queue lease makes the sweeper try again later.
-        log.exception("could not record the failed extraction of session %s", session_id)
+        # The database itself is failing; the lease runs out and the sweeper tries again later.
+        log.exception("could not record the failed extraction of session %s", run.session_id)
         return None
-    log.warning("extraction failed for session %s: %s", session_id, error)
+    log.warning("extraction failed for session %s: %s", run.session_id, error)
     return run
 
 
@@ -281,11 +370,12 @@ def propose_org_fact(session, run, candidate):
         source_session=session,
         extraction_run=run,
     )
-    FactEvent.objects.create(
-        org_id=session.org_id,
+    writing.record_event(
+        None,
+        FactEvent.Action.PROPOSED,
+        FactEvent.Actor.EXTRACTOR,
         user_id=session.user_id,
-        action=FactEvent.Action.PROPOSED,
-        actor=FactEvent.Actor.EXTRACTOR,
+        org_id=session.org_id,
         session=session,
         reason=f"proposal {proposal.id}",
     )

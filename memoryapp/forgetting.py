@@ -158,7 +158,7 @@ def _keyset_batches(queryset, size):
 def _apply_rules(run, mode, ids, active_rules, now):
     """Match one batch against the rules; in enforce mode expire the matches. Returns how many matched."""
     taken = set()
-    entries, events = [], []
+    entries, expired = [], []
     for rule in active_rules:
         qs = MemoryFact.objects.filter(id__in=ids).live().filter(rule.condition).exclude(id__in=taken)
         if mode == "enforce":
@@ -172,24 +172,16 @@ def _apply_rules(run, mode, ids, active_rules, now):
         taken.update(matched_ids)
         if mode == "enforce":
             MemoryFact.objects.filter(id__in=matched_ids).update(expired_at=now, expired_rule=rule.name)
-            events += [
-                FactEvent(
-                    fact_id=fid,
-                    user_id=uid,
-                    org_id=oid,
-                    action=FactEvent.Action.EXPIRED,
-                    actor=FactEvent.Actor.FORGETTING,
-                    reason=rule.name,
-                    created_at=now,
-                )
-                for fid, uid, oid in rows
-            ]
+            expired += [(rule.name, rows)]
         entries += [
             ForgettingEntry(run=run, fact_id=fid, user_id=uid, rule=rule.name, applied=mode == "enforce")
             for fid, uid, _ in rows
         ]
     ForgettingEntry.objects.bulk_create(entries)
-    FactEvent.objects.bulk_create(events)
+    for rule_name, rows in expired:
+        writing.record_events(
+            rows, FactEvent.Action.EXPIRED, FactEvent.Actor.FORGETTING, reason=rule_name, created_at=now
+        )
     return len(entries)
 
 
@@ -214,17 +206,12 @@ def purge_expired(now=None, batch=None):
             last_id = rows[-1][0]
             ids = [r[0] for r in rows]
             writing.remove_facts(ids)
-            FactEvent.objects.bulk_create(
-                FactEvent(
-                    fact_id=fid,
-                    user_id=uid,
-                    org_id=oid,
-                    action=FactEvent.Action.DELETED,
-                    actor=FactEvent.Actor.FORGETTING,
-                    reason="expired and not restored within the grace period",
-                    created_at=now,
-                )
-                for fid, uid, oid in rows
+            writing.record_events(
+                rows,
+                FactEvent.Action.DELETED,
+                FactEvent.Actor.FORGETTING,
+                reason="expired and not restored within the grace period",
+                created_at=now,
             )
             removed += len(rows)
         if len(rows) < batch:

@@ -19,9 +19,6 @@ SPIKE_MIN_POINTS = 5.0
 SPIKE_MIN_WRITES = 5
 REVIEW_SAMPLE = 50
 
-# The errors extraction.parse_answer records when a whole answer was unusable.
-UNREADABLE_ERRORS = ("the answer is not JSON", 'the answer has no "facts" list')
-
 
 @dataclass
 class Point:
@@ -256,27 +253,24 @@ class Health:
 HOUR_CATEGORIES = ("learned", "nothing", "failed", "running")
 
 
-def _unreadable_q():
-    q = Q()
-    for prefix in UNREADABLE_ERRORS:
-        q |= Q(error__startswith=prefix)
-    return q
-
-
 def extraction_health(hours=24, days=14, now=None):
     """Runs per hour by outcome, failures, backlog, duration percentiles, usage per day, silent failures."""
     now = now or clock.now()
     # `hours` whole-hour buckets ending with the current one.
     since = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
     runs = ExtractionRun.objects.filter(started_at__gte=since, started_at__lte=now)
+    # "Answered": the model replied and the session is done, whether or not the reply was usable.
+    answered = Q(status__in=ExtractionRun.FINISHED)
     succeeded = Q(status=ExtractionRun.Status.SUCCEEDED)
+    unusable = Q(status=ExtractionRun.Status.UNREADABLE)
+    failed = Q(status__in=[ExtractionRun.Status.FAILED, ExtractionRun.Status.ABANDONED])
     per_hour = (
         runs.annotate(hour=Trunc("started_at", "hour"))
         .values("hour")
         .annotate(
             learned=Count("id", filter=succeeded & Q(facts_proposed__gt=0)),
-            nothing=Count("id", filter=succeeded & Q(facts_proposed=0)),
-            failed=Count("id", filter=Q(status=ExtractionRun.Status.FAILED)),
+            nothing=Count("id", filter=answered & Q(facts_proposed=0)),
+            failed=Count("id", filter=failed),
             running=Count("id", filter=Q(status=ExtractionRun.Status.RUNNING)),
         )
     )
@@ -299,7 +293,7 @@ def extraction_health(hours=24, days=14, now=None):
     }
     oldest = backlog_qs.aggregate(m=Min("ended_at"))["m"]
 
-    durations = runs.filter(succeeded, duration_ms__isnull=False).aggregate(
+    durations = runs.filter(answered, duration_ms__isnull=False).aggregate(
         p50=Percentile("duration_ms", 0.5), p95=Percentile("duration_ms", 0.95)
     )
 
@@ -333,24 +327,23 @@ def extraction_health(hours=24, days=14, now=None):
             }
         )
 
-    nothing = succeeded & Q(facts_proposed=0)
-    unreadable = nothing & _unreadable_q()
-    dropped = nothing & Q(facts_dropped__gt=0) & ~_unreadable_q()
+    nothing = answered & Q(facts_proposed=0)
+    dropped = succeeded & Q(facts_proposed=0, facts_dropped__gt=0)
     counts = runs.aggregate(
-        succeeded=Count("id", filter=succeeded),
+        succeeded=Count("id", filter=answered),
         nothing=Count("id", filter=nothing),
-        unreadable=Count("id", filter=unreadable),
+        unreadable=Count("id", filter=unusable),
         all_dropped=Count("id", filter=dropped),
     )
     silent = SilentFailures(**counts)
     silent.said_nothing = silent.nothing - silent.unreadable - silent.all_dropped
-    silent.recent = list(runs.filter(unreadable | dropped).order_by("-started_at", "-id")[:10])
+    silent.recent = list(runs.filter(unusable | dropped).order_by("-started_at", "-id")[:10])
 
     return Health(
         since=since,
         hours=hours_out,
         categories=HOUR_CATEGORIES,
-        failures=list(runs.filter(status=ExtractionRun.Status.FAILED).order_by("-started_at", "-id")[:20]),
+        failures=list(runs.filter(failed).order_by("-started_at", "-id")[:20]),
         backlog=sum(by_status.values()),
         backlog_by_status=by_status,
         oldest_backlog=oldest,

@@ -200,13 +200,19 @@ class ExtractionRun(models.Model):
     class Status(models.TextChoices):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
-        FAILED = "failed"
+        UNREADABLE = "unreadable"  # the model answered, but not with a "facts" list: nothing learned
+        FAILED = "failed"  # the model could not be reached, or the run crashed: retried later
+        ABANDONED = "abandoned"  # the worker stopped mid-run and its lease ran out: retried later
+
+    # The run answered for its session: the session is done and is never extracted again.
+    FINISHED = (Status.SUCCEEDED, Status.UNREADABLE)
 
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="extraction_runs")
     backend = models.CharField(max_length=20)  # anthropic | offline | scripted
     model = models.CharField(max_length=100)
     prompt_version = models.CharField(max_length=40)
+    verdict_prompt_version = models.CharField(max_length=40, blank=True)
     input_hash = models.CharField(max_length=64)
     started_at = models.DateTimeField(default=clock.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -222,6 +228,9 @@ class ExtractionRun(models.Model):
     raw_output = models.TextField(blank=True)
     facts_proposed = models.PositiveIntegerField(default=0)  # valid items after validation
     facts_dropped = models.PositiveIntegerField(default=0)  # items the validator rejected
+    # Keys (hashes, never text) of the candidates this run has written, each committed with its write,
+    # so the next attempt after a crash or a kill skips them instead of writing them twice.
+    applied_keys = models.JSONField(default=list, blank=True)
 
     class Meta:
         indexes = [

@@ -152,35 +152,45 @@ def approve_proposal(proposal, admin, text=None, kind=None):
     """Publish a proposal (possibly edited) into the org tier through the supersession logic."""
     text = proposal.text if text is None else text
     kind = proposal.kind if kind is None else kind
-    with transaction.atomic():
-        locked = _claim(proposal)
-        result = writing.store_fact(
-            None,
-            text,
-            kind,
-            org=locked.org,
-            session=locked.source_session,
-            run=locked.extraction_run,
-            origin=ORG_ADMIN,
-            added_by=admin,
-        )
-        now = clock.now()
+    if proposal.status != OrgFactProposal.Status.PENDING:
+        raise OrgError("This proposal has already been decided.")
+    decided = {}
+
+    def claim():
+        # Inside store_fact's write transaction: the proposal row lock makes one of two admins win.
+        decided["proposal"] = _claim(proposal)
+
+    def after(result):
+        locked = decided["proposal"]
         locked.status, locked.decided_by, locked.decided_at, locked.fact = (
             OrgFactProposal.Status.APPROVED,
             admin,
-            now,
+            clock.now(),
             result.fact,
         )
         locked.save(update_fields=["status", "decided_by", "decided_at", "fact"])
-        FactEvent.objects.create(
-            fact_id=result.fact.id,
-            org_id=locked.org_id,
-            action=FactEvent.Action.APPROVED,
-            actor=FactEvent.Actor.ORG_ADMIN,
+        writing.record_event(
+            result.fact,
+            FactEvent.Action.APPROVED,
+            FactEvent.Actor.ORG_ADMIN,
             actor_user=admin,
             reason=f"proposal {locked.id} ({result.outcome})",
         )
-    return result
+
+    # store_fact calls the verdict model outside any transaction, then claims the proposal and
+    # writes the fact in one short transaction: both happen, or neither.
+    return writing.store_fact(
+        None,
+        text,
+        kind,
+        org=proposal.org,
+        session=proposal.source_session,
+        run=proposal.extraction_run,
+        origin=ORG_ADMIN,
+        added_by=admin,
+        claim=claim,
+        after=after,
+    )
 
 
 def reject_proposal(proposal, admin):
@@ -189,11 +199,12 @@ def reject_proposal(proposal, admin):
         locked = _claim(proposal)
         locked.status, locked.decided_by, locked.decided_at = OrgFactProposal.Status.REJECTED, admin, clock.now()
         locked.save(update_fields=["status", "decided_by", "decided_at"])
-        FactEvent.objects.create(
-            org_id=locked.org_id,
-            action=FactEvent.Action.REJECTED,
-            actor=FactEvent.Actor.ORG_ADMIN,
+        writing.record_event(
+            None,
+            FactEvent.Action.REJECTED,
+            FactEvent.Actor.ORG_ADMIN,
             actor_user=admin,
+            org_id=locked.org_id,
             reason=f"proposal {locked.id}",
         )
     return locked
@@ -299,14 +310,6 @@ def remove_member(membership):
         AgentSession.objects.filter(user_id=user_id, org_id=org_id, ended_at__isnull=True).update(
             memory_block=None, memory_block_at=None
         )
-
-
-def leave_org(user, org):
-    """The user leaves `org` (same rules as being removed)."""
-    membership = membership_of(user, org)
-    if membership is None:
-        raise OrgError("You are not a member of this organisation.")
-    remove_member(membership)
 
 
 def _forget_identity(user_id, org_id):

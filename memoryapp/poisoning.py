@@ -105,15 +105,7 @@ def supersede_flagged(fact, staff, reason):
         )
         if not updated:
             raise ActionRejected("this fact has already been superseded")
-        FactEvent.objects.create(
-            fact_id=fact.id,
-            user_id=fact.user_id,
-            org_id=fact.org_id,
-            action=FactEvent.Action.SUPERSEDED,
-            actor=FactEvent.Actor.STAFF,
-            actor_user=staff,
-            reason=reason,
-        )
+        writing.record_event(fact, FactEvent.Action.SUPERSEDED, FactEvent.Actor.STAFF, actor_user=staff, reason=reason)
     fact.refresh_from_db()
     return fact
 

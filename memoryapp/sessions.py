@@ -182,6 +182,10 @@ def sweep(now=None, batch=500):
             claimed = AgentSession.objects.filter(id=sid, extraction_status=status, next_attempt_at=attempt_at).update(
                 extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=lease
             )
+            if claimed and status == AgentSession.Extraction.RUNNING:
+                # Its worker stopped renewing the lease (killed, or its machine went away): the
+                # attempt it recorded is marked abandoned, in the same transaction as the takeover.
+                extraction.abandon_runs(sid, now)
             if claimed:
                 enqueue_extraction(sid)
                 enqueued += 1

@@ -1,6 +1,7 @@
 """Settings, read only from the environment. Defaults follow the seed article."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -133,8 +134,28 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+# --- models (read by the Celery settings below) ------------------------------
+ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
+ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
+# The longest one model call can take: every attempt runs into the SDK timeout, with the SDK's
+# backoff (at most 8 s) between attempts.
+MODEL_CALL_MAX_SECONDS = ANTHROPIC_TIMEOUT * (ANTHROPIC_MAX_RETRIES + 1) + 8 * ANTHROPIC_MAX_RETRIES
+# An extraction's claim on its session. The worker renews it before every model call, so it runs
+# out only when the worker has been gone for longer than any one call can take; then the sweeper
+# (or a redelivered task) takes the session over and marks the abandoned run.
+EXTRACTION_LEASE = timedelta(seconds=MODEL_CALL_MAX_SECONDS + 30)
+# Tests move the app clock (memoryapp.clock) by setting this through a fixture; always zero in production.
+CLOCK_OFFSET = timedelta(0)
+
+# Why the visibility timeout: with acks_late, Redis hands an unacknowledged task to another worker
+# only after this many seconds. Its default (one hour) meant a task whose worker died was never
+# redelivered in practice. Longer than the lease, so when redelivery happens the dead worker's claim
+# has run out and the new delivery can take the session over; shorter than an hour, so it happens.
+# A task that outlives it while its worker is alive is redelivered too, but finds the claim still
+# held (renewed before each call) and does nothing.
+REDIS_VISIBILITY_TIMEOUT = int(EXTRACTION_LEASE.total_seconds()) + 60
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {}
+    {"visibility_timeout": REDIS_VISIBILITY_TIMEOUT}
     if CELERY_BROKER_URL != "filesystem://"
     else {
         "data_folder_in": str(db.DATA_DIR / "broker"),
@@ -178,8 +199,6 @@ ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
 EXTRACTION_BACKEND = env("EXTRACTION_BACKEND", "")
 ANTHROPIC_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
-ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
-ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
 EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
 VOYAGE_API_KEY = env("VOYAGE_API_KEY")
 VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")

@@ -27,7 +27,7 @@ class StoreResult:
     fact: MemoryFact | None = None
     superseded: list = field(default_factory=list)
     verdicts: list = field(default_factory=list)  # (neighbour id, verdict, similarity)
-    judge_calls: int = 0  # verdict calls made for this fact: 0 or 1
+    judge_calls: int = 0  # verdict calls made for this fact: 0, or 1 to JUDGE_ATTEMPTS when facts changed meanwhile
 
 
 def lock_user(user_id):
@@ -58,18 +58,57 @@ def memory_allowed(session):
     return session.memory == AgentSession.Memory.ON and memory_enabled(session.user)
 
 
-def record_event(fact, action, actor, *, actor_user=None, session=None, related=None, reason=""):
-    """Append one entry to the fact's audit trail."""
-    return FactEvent.objects.create(
-        fact_id=fact.id,
-        user_id=fact.user_id,
-        org_id=fact.org_id,
+def _event(
+    action,
+    actor,
+    *,
+    fact_id=None,
+    user_id=None,
+    org_id=None,
+    actor_user=None,
+    session=None,
+    related=None,
+    reason="",
+    created_at=None,
+):
+    return FactEvent(
+        fact_id=fact_id,
+        user_id=user_id,
+        org_id=org_id,
         action=action,
         actor=actor,
         actor_user=actor_user,
         session=session,
         related_fact_id=related.id if related is not None else None,
         reason=reason[:300],
+        created_at=created_at or clock.now(),
+    )
+
+
+def record_event(
+    fact, action, actor, *, actor_user=None, session=None, related=None, reason="", user_id=None, org_id=None
+):
+    """Append one entry to the audit trail: about `fact`, or (fact None) about `user_id` / `org_id`."""
+    event = _event(
+        action,
+        actor,
+        fact_id=fact.id if fact is not None else None,
+        user_id=fact.user_id if fact is not None else user_id,
+        org_id=fact.org_id if fact is not None else org_id,
+        actor_user=actor_user,
+        session=session,
+        related=related,
+        reason=reason,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def record_events(rows, action, actor, *, reason="", created_at=None):
+    """The same entry for many facts at once: `rows` are (fact id, user id, org id); one INSERT."""
+    return FactEvent.objects.bulk_create(
+        _event(action, actor, fact_id=fid, user_id=uid, org_id=oid, reason=reason, created_at=created_at)
+        for fid, uid, oid in rows
     )
 
 
@@ -80,6 +119,21 @@ def _actor_for(origin):
         MemoryFact.Origin.ORG_ADMIN: FactEvent.Actor.ORG_ADMIN,
         MemoryFact.Origin.STAFF: FactEvent.Actor.STAFF,
     }[origin]
+
+
+# How many times a fact is judged when what it was judged against keeps changing before the write.
+JUDGE_ATTEMPTS = 3
+
+
+def _neighbours(live, vector):
+    """The live facts a new fact is judged against: the nearest few above the neighbour floor."""
+    limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
+    return list(live.nearest(vector, embeddings.floor("neighbour"))[:limit])
+
+
+def _same_neighbours(a, b):
+    # Ids alone are not enough: a fact's text can be rewritten in place (scrubbed after a deletion).
+    return [(n.id, n.text) for n in a] == [(n.id, n.text) for n in b]
 
 
 def store_fact(
@@ -96,11 +150,17 @@ def store_fact(
     judge=None,
     usage=None,
     vector=None,
+    claim=None,
+    after=None,
 ):
     """Write one fact with supersession: confirm a duplicate, supersede what it contradicts, else insert.
 
-    Personal facts when `org` is None, otherwise a fact in that org's tier. The caller must hold
-    the user's (or org's) lock; this function takes it too, which is harmless inside one transaction.
+    Personal facts when `org` is None, otherwise a fact in that org's tier. The verdict model is
+    called with no transaction open and no lock held; the result is applied in one short
+    transaction under the user's (or org's) lock, after checking that the neighbours it judged are
+    still the live neighbours. `claim()` runs first in that transaction (it may raise to abort the
+    write); `after(result)` runs last in it. Call it outside any transaction: inside one, the
+    verdict call would hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)
@@ -109,57 +169,102 @@ def store_fact(
     if judge is None:
         judge = backends.active_backend().verdicts
     vector = embeddings.embed(text) if vector is None else vector
-    now = clock.now()
+    live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
+    judge_calls = 0
 
-    with transaction.atomic():
-        if org is None:
-            lock_user(user.id)
-            scope_qs = MemoryFact.objects.for_user(user)
-        else:
-            lock_org(org.id)
-            scope_qs = MemoryFact.objects.for_org(org)
-        live = scope_qs.live()
-        limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
-        neighbours = list(live.nearest(vector, embeddings.floor("neighbour"))[:limit])
-        verdicts = []
+    for _ in range(JUDGE_ATTEMPTS):
+        # Read-only, outside any transaction: what the new fact must be compared with.
+        neighbours = _neighbours(live, vector)
+        answer = []
         if neighbours:
-            # One call judges every neighbour at once.
+            # The model call, with nothing held: a slow provider blocks no correction, deletion or erasure.
             answer, call_usage = judge(text, [n.text for n in neighbours])
+            judge_calls += 1
             if usage is not None:
                 usage.add(call_usage)
-            verdicts = list(zip(neighbours, answer, strict=True))
-        result = StoreResult(
-            outcome="created",
-            verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts],
-            judge_calls=1 if neighbours else 0,
+        with transaction.atomic():
+            _begin_write(user, org, claim)
+            if _same_neighbours(_neighbours(live, vector), neighbours):
+                return _apply(
+                    user,
+                    text,
+                    kind,
+                    vector,
+                    live,
+                    list(zip(neighbours, answer, strict=True)),
+                    judge_calls,
+                    org=org,
+                    session=session,
+                    run=run,
+                    source_turns=source_turns,
+                    origin=origin,
+                    added_by=added_by,
+                    after=after,
+                )
+        # Someone changed those facts while the model was thinking (a correction, a deletion, another
+        # session's write): the verdict may be stale, so judge again against what is there now.
+
+    # Still changing after every attempt: keep the new fact and supersede nothing (lose nothing).
+    with transaction.atomic():
+        _begin_write(user, org, claim)
+        return _apply(
+            user,
+            text,
+            kind,
+            vector,
+            live,
+            [],
+            judge_calls,
+            org=org,
+            session=session,
+            run=run,
+            source_turns=source_turns,
+            origin=origin,
+            added_by=added_by,
+            after=after,
         )
 
-        duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
-        if duplicate is not None:
-            # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers.
-            MemoryFact.objects.filter(id=duplicate.id).update(
-                last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
-            )
-            duplicate.refresh_from_db()
-            record_event(
-                duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session
-            )
-            result.outcome, result.fact = "confirmed", duplicate
-            return result
 
-        contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
-        if origin == MemoryFact.Origin.EXTRACTED:
-            protected = [
-                n for n in contradicted if n.origin != MemoryFact.Origin.EXTRACTED and not _newer_statement(session, n)
-            ]
-            if protected:
-                # A person's own correction stands until they say something newer themselves.
-                result.outcome, result.fact = "held", protected[0]
-                return result
-        if not contradicted and org is None and live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
-            result.outcome = "at_limit"
-            return result
+def _begin_write(user, org, claim):
+    if claim is not None:
+        claim()  # before the user's lock: the caller's row locks come first, as in erasure
+    # Why the lock: two sessions of one user ending together must not both insert the same fact or
+    # supersede each other's rows half-way. Held only for this short transaction, never over a call.
+    if org is None:
+        lock_user(user.id)
+    else:
+        lock_org(org.id)
 
+
+def _apply(
+    user, text, kind, vector, live, verdicts, judge_calls, *, org, session, run, source_turns, origin, added_by, after
+):
+    """Inside the write transaction, under the lock: confirm, hold, or insert and supersede."""
+    now = clock.now()
+    result = StoreResult(
+        outcome="created", verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts], judge_calls=judge_calls
+    )
+    duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
+    contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
+    protected = []
+    if origin == MemoryFact.Origin.EXTRACTED:
+        protected = [
+            n for n in contradicted if n.origin != MemoryFact.Origin.EXTRACTED and not _newer_statement(session, n)
+        ]
+    if duplicate is not None:
+        # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers.
+        MemoryFact.objects.filter(id=duplicate.id).update(
+            last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
+        )
+        duplicate.refresh_from_db()
+        record_event(duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session)
+        result.outcome, result.fact = "confirmed", duplicate
+    elif protected:
+        # A person's own correction stands until they say something newer themselves.
+        result.outcome, result.fact = "held", protected[0]
+    elif not contradicted and org is None and live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
+        result.outcome = "at_limit"
+    else:
         fact = MemoryFact.objects.create(
             user=user if org is None else None,
             org=org,
@@ -180,7 +285,9 @@ def store_fact(
         for old in contradicted:
             supersede(old, fact, reason="contradicts", actor=_actor_for(origin), actor_user=added_by, session=session)
         result.fact, result.superseded = fact, contradicted
-        return result
+    if after is not None:
+        after(result)
+    return result
 
 
 def _newer_statement(session, fact):
@@ -272,15 +379,7 @@ def delete_fact(fact, *, actor, actor_user=None, reason=""):
             frontier = list(MemoryFact.objects.filter(superseded_by_id__in=frontier).values_list("id", flat=True))
             ids.extend(frontier)
         remove_facts(ids)
-        FactEvent.objects.create(
-            fact_id=fact.id,
-            user_id=fact.user_id,
-            org_id=fact.org_id,
-            action=FactEvent.Action.DELETED,
-            actor=actor,
-            actor_user=actor_user,
-            reason=reason[:300],
-        )
+        record_event(fact, FactEvent.Action.DELETED, actor, actor_user=actor_user, reason=reason)
         return len(ids)
 
 

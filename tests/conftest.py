@@ -1,5 +1,6 @@
 import json
 import os
+from datetime import timedelta
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
@@ -9,15 +10,19 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from bench.common import stop_processes
-from memoryapp import backends, clock, db, sessions
+from memoryapp import backends, db, sessions
 from memoryapp.models import Membership, Organization
 
 
-@pytest.fixture(autouse=True)
-def _real_time():
-    clock.reset()
-    yield
-    clock.reset()
+@pytest.fixture
+def travel(settings):
+    """Move the app clock: travel(timedelta) adds to settings.CLOCK_OFFSET, put back after the test."""
+    settings.CLOCK_OFFSET = timedelta(0)
+
+    def move(delta):
+        settings.CLOCK_OFFSET = settings.CLOCK_OFFSET + delta
+
+    return move
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ def bob(org, scripted):
 
 
 @pytest.fixture
-def erin(org, staff, scripted):
+def erin(org, staff, scripted, travel):
     """A person with data in every table keyed by a user."""
     User = get_user_model()
     user = User.objects.create_user(id=ERIN_ID, username=USERNAME, email=EMAIL, password="correct horse battery")
@@ -117,7 +117,7 @@ def erin(org, staff, scripted):
         source_session=s1,
     )
 
-    clock.advance(timedelta(days=100))
+    travel(timedelta(days=100))
     run_session(
         org, user, [("user", "I am vegetarian, since Oxalis-Tuesday.")], [{"text": DIET, "kind": "profile"}], scripted
     )

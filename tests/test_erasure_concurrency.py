@@ -55,30 +55,32 @@ def wait_until_blocked_on_a_lock(timeout=20):
             if cur.fetchone()[0]:
                 return
         time.sleep(0.05)  # polling real time for another thread, not the app clock
-    raise AssertionError("the erasure never waited for the running extraction")
+    raise AssertionError("nothing ever waited on a lock")
 
 
-def test_extraction_running_during_erasure_leaves_nothing_behind(org):
-    user = sessions.get_or_create_user(org, "tess")
-    session = sessions.open_session(org, user)
-    sessions.add_turns(session, [("user", "My tortoise is Quimby Brackenfold.")])
-    sessions.end_session(session)
+def test_erasure_while_the_extraction_model_is_thinking_answers_at_once_and_nothing_comes_back(api):
+    sid = api.post("/v1/sessions", {"user": "tess"}).json()["id"]
+    said = [{"role": "user", "content": "My tortoise is Quimby Brackenfold."}]
+    api.post(f"/v1/sessions/{sid}/turns", {"turns": said})
+    assert api.post(f"/v1/sessions/{sid}/end").status_code == 202
     model = SlowModel()
     results = {}
 
     with override_settings(EXTRACTION_BACKEND=model):
-        worker = in_thread(lambda: extraction.extract_session(session.id), results, "run")
-        assert model.called.wait(20)  # the extraction holds the session and is "calling the model"
-        eraser = in_thread(lambda: erasure.erase_user(user, requested_via="api"), results, "receipt")
-        wait_until_blocked_on_a_lock()  # the erasure waits for it rather than racing it
-        model.release.set()
-        worker.join(30)
-        eraser.join(30)
+        worker = in_thread(lambda: extraction.extract_session(sid), results, "run")
+        try:
+            assert model.called.wait(20)  # the worker is inside the model call
+            started = time.monotonic()
+            response = api.delete("/v1/users/tess")
+            took = time.monotonic() - started
+        finally:
+            model.release.set()  # the model answers only after the erasure has finished
+            worker.join(30)
 
-    assert isinstance(results["run"], ExtractionRun), results["run"]
-    receipt = results["receipt"]
-    assert isinstance(receipt, erasure.ErasureReceipt), receipt
-    assert receipt.counts["facts"] == 1  # what the extraction committed was erased with the rest
+    assert response.status_code == 202, response.content
+    assert took < 5, f"the erasure waited {took:.1f}s for a model call"
+    assert response.json()["counts"]["extraction_runs"] == 1  # the running attempt was visible, and erased
+    assert results["run"] is None  # the extraction found its session gone and wrote nothing
     assert not MemoryFact.objects.filter(text=FACT).exists()
     assert not AgentSession.objects.exists() and not Turn.objects.exists() and not ExtractionRun.objects.exists()
 
@@ -86,7 +88,7 @@ def test_extraction_running_during_erasure_leaves_nothing_behind(org):
     with override_settings(
         EXTRACTION_BACKEND=backends.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})
     ):
-        assert extraction.extract_session(session.id) is None
+        assert extraction.extract_session(sid) is None
     assert not MemoryFact.objects.exists() and not ExtractionRun.objects.exists()
 
 
@@ -114,12 +116,16 @@ def test_extraction_starting_while_erasure_holds_the_session_writes_nothing(org)
             EXTRACTION_BACKEND=backends.ScriptedBackend(extract={"facts": [{"text": FACT, "kind": "profile"}]})
         ):
             worker = in_thread(lambda: extraction.extract_session(session.id), results, "run")
+            # The claim (an UPDATE of the session row) waits for the erasure's short transaction...
+            wait_until_blocked_on_a_lock()
+            finish.set()
+            eraser.join(30)
             worker.join(30)
-        finish.set()
-        eraser.join(30)
     finally:
+        finish.set()
         erasure.writing.lock_user = real_lock
 
-    assert results["run"] is None  # the session was locked by the erasure: skipped, nothing written
+    # ...and then finds the session gone: nothing claimed, nothing written.
+    assert results["run"] is None
     assert isinstance(results["receipt"], erasure.ErasureReceipt), results["receipt"]
     assert not MemoryFact.objects.exists() and not ExtractionRun.objects.exists() and not AgentSession.objects.exists()

@@ -16,15 +16,15 @@ def alice(org, make_user):
 
 
 def test_export_holds_every_fact_state_with_provenance_sessions_turns_recalls_switch_and_access(
-    org, alice, make_user, scripted
+    org, alice, make_user, scripted, travel
 ):
-    seeded = seed_memory(org, alice, scripted)
+    seeded = seed_memory(org, alice, scripted, travel)
     goal = live_fact(alice, "conference talk")
     MemoryFact.objects.filter(id=goal.id).update(expired_at=clock.now(), expired_rule="stale_goal")
     staff = make_user("sam", is_staff=True)
     support_access.record(staff, alice, "/console/users/alice/facts")
     writing.set_memory_switch(alice, False)
-    clock.advance(timedelta(minutes=1))
+    travel(timedelta(minutes=1))
 
     doc = export.export_user(alice)
     json.dumps(doc)  # a plain JSON document
@@ -53,16 +53,16 @@ def test_export_holds_every_fact_state_with_provenance_sessions_turns_recalls_sw
     assert {"created", "confirmed", "superseded"} <= actions
 
 
-def test_export_never_includes_another_persons_data(org, alice, make_user, scripted):
+def test_export_never_includes_another_persons_data(org, alice, make_user, scripted, travel):
     bob = make_user("bob", org=org)
-    seed_memory(org, bob, scripted)
+    seed_memory(org, bob, scripted, travel)
     doc = export.export_user(alice)
     assert doc["facts"] == [] and doc["sessions"] == [] and doc["recall_logs"] == []
     assert "PlanetScale" not in json.dumps(doc)
 
 
-def test_a_deleted_fact_is_gone_from_the_export(org, alice, scripted):
-    seed_memory(org, alice, scripted)
+def test_a_deleted_fact_is_gone_from_the_export(org, alice, scripted, travel):
+    seed_memory(org, alice, scripted, travel)
     target = live_fact(alice, "PlanetScale")
     old = MemoryFact.objects.get(superseded_by=target)
     writing.delete_fact(target, actor=FactEvent.Actor.USER, actor_user=alice)

@@ -134,7 +134,7 @@ def test_tool_injection_never_reaches_the_extractor(org, scripted):
 
 
 def test_failed_run_is_recorded_and_the_sweeper_retries_after_backoff(
-    org, scripted, django_capture_on_commit_callbacks
+    org, scripted, django_capture_on_commit_callbacks, travel
 ):
     scripted.extract_answer = llm.ModelUnavailable("OverloadedError after 3 tries")
     session = ended_session(org, ("user", "I prefer tabs."))
@@ -153,7 +153,7 @@ def test_failed_run_is_recorded_and_the_sweeper_retries_after_backoff(
         assert sessions.sweep()["enqueued"] == 0  # backoff not over yet
     assert callbacks == []
 
-    clock.advance(timedelta(minutes=2))
+    travel(timedelta(minutes=2))
     scripted.extract_answer = {"facts": [{"text": "The user prefers tabs.", "kind": "preference"}]}
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert sessions.sweep()["enqueued"] == 1
@@ -164,7 +164,9 @@ def test_failed_run_is_recorded_and_the_sweeper_retries_after_backoff(
     assert (session.extraction_status, session.extraction_attempts) == ("done", 2)
 
 
-def test_backoff_grows_and_retries_stop_at_the_limit(org, scripted, settings, django_capture_on_commit_callbacks):
+def test_backoff_grows_and_retries_stop_at_the_limit(
+    org, scripted, settings, django_capture_on_commit_callbacks, travel
+):
     settings.MEMORY = {**settings.MEMORY, "EXTRACTION_MAX_ATTEMPTS": 3}
     scripted.extract_answer = llm.ModelUnavailable("down")
     session = ended_session(org, ("user", "I prefer tabs."))
@@ -173,7 +175,7 @@ def test_backoff_grows_and_retries_stop_at_the_limit(org, scripted, settings, dj
         extraction.extract_session(session.id)
         session.refresh_from_db()
         gaps.append(session.next_attempt_at - clock.now())
-        clock.advance(timedelta(hours=2))
+        travel(timedelta(hours=2))
         with django_capture_on_commit_callbacks(execute=False):
             sessions.sweep()
     assert gaps[0] < gaps[1] < gaps[2]
@@ -185,13 +187,14 @@ def test_backoff_grows_and_retries_stop_at_the_limit(org, scripted, settings, dj
     assert AgentSession.objects.get(id=session.id).extraction_status == "queued"
 
 
-def test_a_crash_mid_run_rolls_back_its_writes_and_is_recorded(org, scripted, monkeypatch):
+def test_a_crash_mid_run_is_recorded_and_the_retry_writes_each_fact_once(org, scripted, monkeypatch):
     scripted.extract_answer = {
         "facts": [
             {"text": "The user prefers tabs.", "kind": "preference"},
             {"text": "The user lives in Lisbon.", "kind": "profile"},
         ]
     }
+    scripted.verdict_map = {"tabs": "DUPLICATE"}  # were "tabs" written twice, the retry would confirm it
     real_store = writing.store_fact
     calls = []
 
@@ -205,9 +208,17 @@ def test_a_crash_mid_run_rolls_back_its_writes_and_is_recorded(org, scripted, mo
     session = ended_session(org, ("user", "I prefer tabs. I live in Lisbon."))
     run = extraction.extract_session(session.id)
     assert run.status == "failed" and "disk on fire" in run.error
-    assert not MemoryFact.objects.exists() and not FactEvent.objects.exists()  # nothing half-written
+    # Each fact is its own short transaction: the first was written before the crash, and stays.
+    assert list(MemoryFact.objects.values_list("text", flat=True)) == ["The user prefers tabs."]
     session.refresh_from_db()
     assert session.extraction_status == "failed" and Turn.objects.filter(session=session).exists()
+
+    retry = extraction.extract_session(session.id)  # the sweeper's retry, after the backoff
+    assert retry.status == "succeeded"
+    facts = dict(MemoryFact.objects.values_list("text", "confirmation_count"))
+    assert facts == {"The user prefers tabs.": 1, "The user lives in Lisbon.": 1}
+    assert FactEvent.objects.filter(action="confirmed").count() == 0
+    assert AgentSession.objects.get(id=session.id).extraction_status == "done"
 
 
 # --- exactly once -------------------------------------------------------------------------

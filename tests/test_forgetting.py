@@ -28,7 +28,7 @@ def mark_recalled(fact):
 
 
 @pytest.fixture
-def world(make_user, org):
+def world(make_user, org, travel):
     """Facts of every kind and age for one person and one organisation; the clock ends at day 100."""
     alice = make_user("alice", org=org)
     f = {}
@@ -44,22 +44,22 @@ def world(make_user, org):
     f["pref_superseded"] = store(alice, "The user's editor is Vim.", "preference")
     f["org_goal"] = store(None, "The team aims to ship v2 by summer.", "goal", org=org, origin="org_admin")
     f["org_pref"] = store(None, "The team writes changelogs in past tense.", "preference", org=org, origin="org_admin")
-    clock.advance(DAY)
+    travel(DAY)
     f["pref_replacement"] = writing.correct_fact(
         f["pref_superseded"], "The user's editor is Helix.", "preference", actor_user=alice
     )
     mark_recalled(f["pref_replacement"])
-    clock.advance(4 * DAY)
+    travel(4 * DAY)
     mark_recalled(f["goal_recalled_stale"])
     mark_recalled(f["goal_reconfirmed"])
     mark_recalled(f["pref_recalled"])
-    clock.advance(45 * DAY)  # day 50
+    travel(45 * DAY)  # day 50
     assert store(alice, "The user is writing a book about bees.", "goal").id == f["goal_reconfirmed"].id
     # Said again, but recall never chose it: the seed's rule still expires it.
     assert store(alice, "The user writes Go at work.", "preference").id == f["pref_restated_never_recalled"].id
     f["pref_young"] = store(alice, "The user reads on an e-ink tablet.", "preference")
     f["goal_young"] = store(alice, "The user wants to visit Kyoto.", "goal")
-    clock.advance(50 * DAY)  # day 100
+    travel(50 * DAY)  # day 100
     return alice, f
 
 
@@ -132,23 +132,23 @@ def test_batches_cover_every_fact_whatever_the_batch_size(world):
     assert seen[-1] == (11, 11, 4) and len(seen) == 11
 
 
-def test_org_facts_follow_their_own_rules(world):
+def test_org_facts_follow_their_own_rules(world, travel):
     _, f = world
     forgetting.run_forgetting(mode="enforce")
     assert MemoryFact.objects.get(id=f["org_goal"].id).expired_at is None  # 180 days for org goals
-    clock.advance(81 * DAY)  # day 181
+    travel(81 * DAY)  # day 181
     forgetting.run_forgetting(mode="enforce")
     assert MemoryFact.objects.get(id=f["org_goal"].id).expired_rule == forgetting.STALE_GOAL
     assert MemoryFact.objects.get(id=f["org_pref"].id).expired_at is None  # org facts: never "never recalled"
 
 
-def test_owner_restores_within_grace_and_it_stays(world, make_user):
+def test_owner_restores_within_grace_and_it_stays(world, make_user, travel):
     alice, f = world
     forgetting.run_forgetting(mode="enforce")
     fact = MemoryFact.objects.get(id=f["pref_never_recalled"].id)
     with pytest.raises(forgetting.RestoreRefused):
         forgetting.restore_fact(fact, make_user("mallory"))
-    clock.advance(29 * DAY)
+    travel(29 * DAY)
 
     restored = forgetting.restore_fact(fact, alice)
 
@@ -163,9 +163,9 @@ def test_owner_restores_within_grace_and_it_stays(world, make_user):
         forgetting.restore_fact(restored, alice)
 
 
-def test_staff_restore_and_org_admin_restore(world, make_user, org):
+def test_staff_restore_and_org_admin_restore(world, make_user, org, travel):
     _, f = world
-    clock.advance(81 * DAY)
+    travel(81 * DAY)
     forgetting.run_forgetting(mode="enforce")
     staff = make_user("sam", is_staff=True)
     forgetting.restore_fact(MemoryFact.objects.get(id=f["goal_stale"].id), staff)
@@ -177,11 +177,11 @@ def test_staff_restore_and_org_admin_restore(world, make_user, org):
     assert MemoryFact.objects.get(id=org_fact.id).state == "live"
 
 
-def test_after_the_grace_period_the_job_removes_them_for_real(world):
+def test_after_the_grace_period_the_job_removes_them_for_real(world, travel):
     alice, f = world
     forgetting.run_forgetting(mode="enforce")
     expired_ids = [f[name].id for name in EXPECTED]
-    clock.advance(31 * DAY)
+    travel(31 * DAY)
     with pytest.raises(forgetting.RestoreRefused, match="grace period"):
         forgetting.restore_fact(MemoryFact.objects.get(id=expired_ids[0]), alice)
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def old_facts():
+def old_facts(travel):
     """50 goals recalled once, 30 of them not confirmed for more than 90 days."""
     user = get_user_model().objects.create(username="dora")
     start = clock.now()
@@ -32,7 +32,7 @@ def old_facts():
         for i in range(50)
     )
     # Now the first 30 (minutes 0..29) were last confirmed more than 90 days ago.
-    clock.advance(timedelta(days=90, minutes=29, seconds=30))
+    travel(timedelta(days=90, minutes=29, seconds=30))
     return user
 
 

@@ -49,19 +49,19 @@ def test_only_a_hash_of_the_token_is_stored(person):
     assert stored == hashlib.sha256(token.split(":")[0].encode()).hexdigest()
 
 
-def test_an_expired_link_gets_a_clear_page(person):
+def test_an_expired_link_gets_a_clear_page(person, travel):
     url, _ = portal.issue_link(person)
-    clock.advance(timedelta(minutes=10, seconds=1))
+    travel(timedelta(minutes=10, seconds=1))
     response = Client().get(url)
     assert response.status_code == 410 and "expired" in response.content.decode()
     assert "_auth_user_id" not in Client().session
 
 
-def test_the_lifetime_is_a_setting(person, settings):
+def test_the_lifetime_is_a_setting(person, settings, travel):
     settings.MEMORY = {**settings.MEMORY, "PORTAL_LINK_MINUTES": 2}
     url, expires_at = portal.issue_link(person)
     assert expires_at <= clock.now() + timedelta(minutes=2)
-    clock.advance(timedelta(minutes=3))
+    travel(timedelta(minutes=3))
     assert Client().get(url).status_code == 410
 
 

@@ -222,14 +222,14 @@ def test_two_recalls_give_identical_bytes_and_refresh_recomputes(api, org):
     assert api.post("/v1/recall", {"session": sid, "message": "x"}).json()["block"] == refreshed["block"]
 
 
-def test_same_facts_give_byte_identical_blocks_whatever_the_order_they_were_picked_in(org, scripted):
+def test_same_facts_give_byte_identical_blocks_whatever_the_order_they_were_picked_in(org, scripted, travel):
     alice = _user(org)
     _fact(alice, "The user is on-prem by contract.", "constraint")
     _fact(alice, "The user is a data engineer.", "profile")
     _fact(alice, "The user lives in Lisbon.", "profile")
     first = recall.recall(sessions.open_session(org, alice), "storage?").block
 
-    clock.advance(timedelta(days=1))
+    travel(timedelta(days=1))
     scripted.verdict_map = {"lisbon": "DUPLICATE"}  # re-confirming moves it to the front of tier 1
     assert writing.store_fact(alice, "The user lives in Lisbon.", "profile").outcome == "confirmed"
     second = recall.recall(sessions.open_session(org, alice), "a different question").block
@@ -303,13 +303,13 @@ def test_nothing_to_recall_is_an_empty_string(api):
 # --- marking and logging ---------------------------------------------------------------------------
 
 
-def test_recalled_facts_are_marked_in_one_statement_and_logged_with_tier_and_score(org):
+def test_recalled_facts_are_marked_in_one_statement_and_logged_with_tier_and_score(org, travel):
     alice = _user(org)
     _fact(alice, "The user is on-prem by contract.", "constraint")
     _fact(alice, "The user prefers tabs over spaces when writing Python code.", "preference")
     _fact(alice, "The user enjoys writing Python scripts for automation.", "preference")
     session = sessions.open_session(org, alice)
-    clock.advance(timedelta(hours=1))
+    travel(timedelta(hours=1))
 
     with CaptureQueriesContext(connection) as queries:
         result = recall.recall(session, "How should I indent my Python code?")

@@ -5,7 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from memoryapp import backends, clock, extraction, forgetting, sessions, writing
+from memoryapp import extraction, forgetting, sessions, writing
+from memoryapp.backends import ModelUnavailable
 from memoryapp.models import Turn
 
 DAYS_31 = timedelta(days=31)
@@ -36,12 +37,12 @@ def test_a_session_that_produced_no_facts_keeps_no_turns(org, alice, scripted):
 
 def test_a_failed_extraction_keeps_the_turns_for_the_retry(org, alice, scripted):
     s = ended_session(org, alice, [("user", "I write everything in British English.")])
-    scripted.extract_answer = backends.ModelUnavailable("overloaded")
+    scripted.extract_answer = ModelUnavailable("overloaded")
     extraction.extract_session(s.id)
     assert ordinals(s) == [1]
 
 
-def test_source_turns_of_live_facts_stay_and_the_rest_go_after_the_period(org, alice, scripted):
+def test_source_turns_of_live_facts_stay_and_the_rest_go_after_the_period(org, alice, scripted, travel):
     s = ended_session(
         org,
         alice,
@@ -56,7 +57,7 @@ def test_source_turns_of_live_facts_stay_and_the_rest_go_after_the_period(org, a
     assert ordinals(s) == [1, 2, 3]  # kept while young
     assert forgetting.apply_retention() == 0
 
-    clock.advance(DAYS_31)
+    travel(DAYS_31)
     deleted = forgetting.apply_retention()
 
     assert deleted == 2
@@ -64,12 +65,12 @@ def test_source_turns_of_live_facts_stay_and_the_rest_go_after_the_period(org, a
     assert Turn.objects.get(session=s, ordinal=1).content.startswith("I always write")
 
 
-def test_turns_go_once_their_fact_is_no_longer_live(org, alice, scripted):
+def test_turns_go_once_their_fact_is_no_longer_live(org, alice, scripted, travel):
     s = ended_session(org, alice, [("user", "My editor is Vim.")])
     scripted.extract_answer = {"facts": [{"text": "The user's editor is Vim.", "kind": "preference"}]}
     extraction.extract_session(s.id)
     fact = s.source_of.get()
-    clock.advance(DAYS_31)
+    travel(DAYS_31)
     forgetting.apply_retention()
     assert ordinals(s) == [1]
 
@@ -83,18 +84,18 @@ def test_turns_go_once_their_fact_is_no_longer_live(org, alice, scripted):
     assert ordinals(s) == []
 
 
-def test_turns_of_a_session_still_waiting_for_extraction_are_kept(org, alice):
+def test_turns_of_a_session_still_waiting_for_extraction_are_kept(org, alice, travel):
     s = ended_session(org, alice, [("user", "I am vegetarian.")])  # ended, extraction queued
-    clock.advance(DAYS_31)
+    travel(DAYS_31)
     assert forgetting.apply_retention() == 0
     assert ordinals(s) == [1]
 
 
-def test_retention_walks_in_batches(org, alice, scripted):
-    scripted.extract_answer = backends.ModelUnavailable("down")  # failed runs keep their turns
+def test_retention_walks_in_batches(org, alice, scripted, travel):
+    scripted.extract_answer = ModelUnavailable("down")  # failed runs keep their turns
     for i in range(5):
         s = ended_session(org, alice, [("user", f"Question {i}"), ("assistant", f"Answer {i}")])
         extraction.extract_session(s.id)
-    clock.advance(DAYS_31)
+    travel(DAYS_31)
     assert forgetting.apply_retention(batch=3) == 10
     assert not Turn.objects.exists()

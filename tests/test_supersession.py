@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from memoryapp import backends, clock, embeddings, extraction, recall, sessions, writing
+from memoryapp import backends, embeddings, extraction, recall, sessions, writing
 from memoryapp.backends import offline
 from memoryapp.models import AgentSession, FactEvent, MemoryFact
 
@@ -26,14 +26,14 @@ def run_session(org, scripted, said, facts, user="ext-1"):
     return session
 
 
-def test_postgres_to_planetscale_end_to_end(api, scripted):
+def test_postgres_to_planetscale_end_to_end(api, scripted, travel):
     sid = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
     api.post(f"/v1/sessions/{sid}/turns", {"turns": [{"role": "user", "content": "We're on Postgres."}]})
     scripted.extract_answer = {"facts": [{"text": POSTGRES, "kind": "profile"}]}
     api.post(f"/v1/sessions/{sid}/end")
     extraction.extract_session(sid)
 
-    clock.advance(timedelta(days=150))  # April -> September
+    travel(timedelta(days=150))  # April -> September
     sid2 = api.post("/v1/sessions", {"user": "alice"}).json()["id"]
     api.post(f"/v1/sessions/{sid2}/turns", {"turns": [{"role": "user", "content": "We migrated to PlanetScale."}]})
     scripted.extract_answer = {"facts": [{"text": PLANETSCALE, "kind": "profile"}]}
@@ -59,10 +59,10 @@ def test_postgres_to_planetscale_end_to_end(api, scripted):
     assert status["facts_written"] == [str(new.id)] and status["facts_superseded"] == [str(old.id)]
 
 
-def test_duplicate_confirms_without_a_new_row(org, scripted):
+def test_duplicate_confirms_without_a_new_row(org, scripted, travel):
     run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
     fact = MemoryFact.objects.get()
-    clock.advance(timedelta(days=3))
+    travel(timedelta(days=3))
     scripted.verdict_map = {"postgresql": "DUPLICATE"}
     session = run_session(org, scripted, "Postgres again.", [("The user's team runs PostgreSQL.", "profile")])
     assert MemoryFact.objects.count() == 1
@@ -74,10 +74,10 @@ def test_duplicate_confirms_without_a_new_row(org, scripted):
     assert (event.fact_id, event.session_id) == (fact.id, session.id)
 
 
-def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(org, scripted):
+def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(org, scripted, travel):
     scripted.verdict_map = {"postgresql": "DUPLICATE"}
     for _ in range(10):
-        clock.advance(timedelta(days=1))
+        travel(timedelta(days=1))
         run_session(org, scripted, "As always, we're on Postgres.", [(POSTGRES, "profile")])
     assert MemoryFact.objects.count() == 1
     fact = MemoryFact.objects.get()
@@ -174,15 +174,15 @@ def _corrected(org, scripted):
     return writing.correct_fact(extracted, "The user's database is MySQL.", "profile", actor_user=extracted.user)
 
 
-def test_extracted_fact_without_a_newer_statement_cannot_override_a_correction(org, scripted):
+def test_extracted_fact_without_a_newer_statement_cannot_override_a_correction(org, scripted, travel):
     person = sessions.get_or_create_user(org, "ext-1")
     first = writing.store_fact(person, POSTGRES, "profile", judge=scripted.verdicts)
     # A session whose user last spoke before the correction, and which ends after it.
     session = sessions.open_session(org, person)
     sessions.add_turns(session, [("user", "We're on Postgres.")])
-    clock.advance(timedelta(minutes=5))
+    travel(timedelta(minutes=5))
     correction = writing.correct_fact(first.fact, "The user's database is MySQL.", "profile", actor_user=person)
-    clock.advance(timedelta(minutes=30))
+    travel(timedelta(minutes=30))
     sessions.end_session(session)
     scripted.extract_answer = {"facts": [{"text": POSTGRES, "kind": "profile"}]}
     scripted.verdict_map = {"mysql": "CONTRADICTS"}
@@ -194,9 +194,9 @@ def test_extracted_fact_without_a_newer_statement_cannot_override_a_correction(o
     assert MemoryFact.objects.filter(text=POSTGRES).count() == 1  # only the original, superseded
 
 
-def test_a_newer_statement_by_the_user_does_replace_their_correction(org, scripted):
+def test_a_newer_statement_by_the_user_does_replace_their_correction(org, scripted, travel):
     correction = _corrected(org, scripted)
-    clock.advance(timedelta(days=30))
+    travel(timedelta(days=30))
     scripted.verdict_map = {"mysql": "CONTRADICTS"}
     session = run_session(org, scripted, "We migrated to PlanetScale.", [(PLANETSCALE, "profile")])
     correction.refresh_from_db()
@@ -205,9 +205,9 @@ def test_a_newer_statement_by_the_user_does_replace_their_correction(org, script
     assert [f.text for f in MemoryFact.objects.live()] == [PLANETSCALE]
 
 
-def test_restating_a_correction_confirms_it(org, scripted):
+def test_restating_a_correction_confirms_it(org, scripted, travel):
     correction = _corrected(org, scripted)
-    clock.advance(timedelta(days=1))
+    travel(timedelta(days=1))
     scripted.verdict_map = {"mysql": "DUPLICATE"}
     run_session(org, scripted, "We're on MySQL.", [("The user's team runs MySQL.", "profile")])
     correction.refresh_from_db()

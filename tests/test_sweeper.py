@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from memoryapp import clock, extraction, sessions, tasks
+from memoryapp import extraction, sessions, tasks
 from memoryapp.models import AgentSession, Turn
 
 pytestmark = pytest.mark.django_db
@@ -40,13 +40,13 @@ def test_explicit_end(org, enqueued, django_capture_on_commit_callbacks):
     assert session.end_reason == "explicit" and enqueued == [str(session.id)]
 
 
-def test_thirty_idle_minutes_end_a_session(org, enqueued, django_capture_on_commit_callbacks):
+def test_thirty_idle_minutes_end_a_session(org, enqueued, django_capture_on_commit_callbacks, travel):
     session = open_with_turn(org)
-    clock.advance(timedelta(minutes=29))
+    travel(timedelta(minutes=29))
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["ended"] == 0
     assert AgentSession.objects.get(id=session.id).ended_at is None
-    clock.advance(timedelta(minutes=2))
+    travel(timedelta(minutes=2))
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["ended"] == 1
     session.refresh_from_db()
@@ -54,25 +54,25 @@ def test_thirty_idle_minutes_end_a_session(org, enqueued, django_capture_on_comm
     assert enqueued == [str(session.id)]
 
 
-def test_a_new_turn_restarts_the_idle_window(org, enqueued, django_capture_on_commit_callbacks):
+def test_a_new_turn_restarts_the_idle_window(org, enqueued, django_capture_on_commit_callbacks, travel):
     session = open_with_turn(org)
-    clock.advance(timedelta(minutes=25))
+    travel(timedelta(minutes=25))
     sessions.add_turns(session, [("user", "still here")])
-    clock.advance(timedelta(minutes=25))
+    travel(timedelta(minutes=25))
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["ended"] == 0
     assert AgentSession.objects.get(id=session.id).ended_at is None
 
 
-def test_eight_hours_cap_a_busy_session(org, enqueued, django_capture_on_commit_callbacks):
+def test_eight_hours_cap_a_busy_session(org, enqueued, django_capture_on_commit_callbacks, travel):
     session = open_with_turn(org)
     for _ in range(7 * 3):  # a turn every 20 minutes for 7 hours: never idle
-        clock.advance(timedelta(minutes=20))
+        travel(timedelta(minutes=20))
         sessions.add_turns(session, [("user", "more")])
         with django_capture_on_commit_callbacks(execute=True):
             sessions.sweep()
     assert AgentSession.objects.get(id=session.id).ended_at is None
-    clock.advance(timedelta(hours=1))
+    travel(timedelta(hours=1))
     sessions.add_turns(session, [("user", "one more")])
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["ended"] == 1
@@ -81,27 +81,27 @@ def test_eight_hours_cap_a_busy_session(org, enqueued, django_capture_on_commit_
         sessions.add_turns(session, [("user", "too late")])
 
 
-def test_windows_are_configurable(org, settings, enqueued, django_capture_on_commit_callbacks):
+def test_windows_are_configurable(org, settings, enqueued, django_capture_on_commit_callbacks, travel):
     settings.MEMORY = {**settings.MEMORY, "INACTIVITY_MINUTES": 5, "HARD_CAP_HOURS": 1}
     idle, busy = open_with_turn(org, "a"), open_with_turn(org, "b")
-    clock.advance(timedelta(minutes=4))
+    travel(timedelta(minutes=4))
     sessions.add_turns(busy, [("user", "x")])
-    clock.advance(timedelta(minutes=2))
+    travel(timedelta(minutes=2))
     with django_capture_on_commit_callbacks(execute=True):
         sessions.sweep()
     assert AgentSession.objects.get(id=idle.id).end_reason == "idle"
     assert AgentSession.objects.get(id=busy.id).ended_at is None
     for _ in range(14):
-        clock.advance(timedelta(minutes=4))
+        travel(timedelta(minutes=4))
         sessions.add_turns(busy, [("user", "x")])
     with django_capture_on_commit_callbacks(execute=True):
         sessions.sweep()
     assert AgentSession.objects.get(id=busy.id).end_reason == "cap"
 
 
-def test_idle_memory_off_session_is_skipped_and_its_turns_go(org, enqueued, django_capture_on_commit_callbacks):
+def test_idle_memory_off_session_is_skipped_and_its_turns_go(org, enqueued, django_capture_on_commit_callbacks, travel):
     session = open_with_turn(org, memory="off")
-    clock.advance(timedelta(minutes=31))
+    travel(timedelta(minutes=31))
     with django_capture_on_commit_callbacks(execute=True):
         sessions.sweep()
     session.refresh_from_db()
@@ -109,14 +109,14 @@ def test_idle_memory_off_session_is_skipped_and_its_turns_go(org, enqueued, djan
     assert not Turn.objects.filter(session=session).exists() and enqueued == []
 
 
-def test_lost_queue_message_is_re_enqueued_after_the_lease(org, enqueued, django_capture_on_commit_callbacks):
+def test_lost_queue_message_is_re_enqueued_after_the_lease(org, enqueued, django_capture_on_commit_callbacks, travel):
     session = open_with_turn(org)
     with django_capture_on_commit_callbacks(execute=False):
         sessions.end_session(session)  # the broker never got it
     assert enqueued == []
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["enqueued"] == 0  # still within the lease
-    clock.advance(sessions.QUEUE_LEASE + timedelta(seconds=1))
+    travel(sessions.QUEUE_LEASE + timedelta(seconds=1))
     with django_capture_on_commit_callbacks(execute=True):
         assert sessions.sweep()["enqueued"] == 1
         assert sessions.sweep()["enqueued"] == 0  # a fresh lease
@@ -136,17 +136,17 @@ def test_broker_down_never_breaks_the_end(org, monkeypatch, django_capture_on_co
     assert AgentSession.objects.get(id=session.id).extraction_status == "queued"  # the sweeper will retry
 
 
-def test_sweep_task_is_thin(org, enqueued, django_capture_on_commit_callbacks):
+def test_sweep_task_is_thin(org, enqueued, django_capture_on_commit_callbacks, travel):
     open_with_turn(org)
-    clock.advance(timedelta(hours=9))
+    travel(timedelta(hours=9))
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.sweep_sessions() == {"ended": 1, "enqueued": 0}
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_concurrent_sweeps_claim_each_session_exactly_once(org, enqueued):
+def test_two_concurrent_sweeps_claim_each_session_exactly_once(org, enqueued, travel):
     ids = {str(open_with_turn(org, f"user-{i}").id) for i in range(30)}
-    clock.advance(timedelta(minutes=45))
+    travel(timedelta(minutes=45))
     barrier = threading.Barrier(3)
     results, errors = [], []
 

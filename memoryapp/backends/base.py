@@ -4,7 +4,8 @@ import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-PROMPT_VERSION = "extract-2026-11-30.2"
+PROMPT_VERSION = "extract-2026-11-30.2"  # change with EXTRACT_SYSTEM; recorded on every run
+VERDICT_PROMPT_VERSION = "verdict-2026-11-30.1"  # change with VERDICT_SYSTEM; recorded on every run
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 
 EXTRACT_SYSTEM = """You read what one person typed to an AI assistant during a single conversation \

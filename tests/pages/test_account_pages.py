@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from memoryapp import clock, extraction, recall, sessions, writing
+from memoryapp import extraction, recall, sessions, writing
 from memoryapp.models import AgentSession, ErasureReceipt, FactEvent, MemoryFact, RecallLog
 
 FIRST_CONVERSATION = [
@@ -48,10 +48,10 @@ def converse(org, user, turns, facts, scripted, verdicts=None, memory="on"):
     return session
 
 
-def seed_memory(org, user, scripted):
+def seed_memory(org, user, scripted, travel):
     """A realistic memory: ten facts of every kind, one later contradicted, one confirmed, one recall."""
     first = converse(org, user, FIRST_CONVERSATION, FIRST_FACTS, scripted)
-    clock.advance(timedelta(days=3))
+    travel(timedelta(days=3))
     second = converse(
         org,
         user,
@@ -63,7 +63,7 @@ def seed_memory(org, user, scripted):
         scripted,
         verdicts={"postgresql": "CONTRADICTS", "short answers": "DUPLICATE"},
     )
-    clock.advance(timedelta(days=1))
+    travel(timedelta(days=1))
     third = sessions.open_session(org, user)
     sessions.add_turns(third, [("user", "How should I size the connection pool for PlanetScale?")])
     recall.recall(third, "How should I size the connection pool for PlanetScale?")
@@ -111,8 +111,8 @@ def as_bob(bob):
 
 
 @pytest.fixture
-def seeded(org, alice, scripted):
-    return seed_memory(org, alice, scripted)
+def seeded(org, alice, scripted, travel):
+    return seed_memory(org, alice, scripted, travel)
 
 
 def text_of(response):

@@ -26,9 +26,9 @@ def fact_item(page, text):
     return page.locator("li.fact", has_text=text)
 
 
-def run_flow(page, api, org, scripted, js, prefix):
+def run_flow(page, api, org, scripted, travel, js, prefix):
     person = sessions.get_or_create_user(org, "customer-42")
-    seed_memory(org, person, scripted)
+    seed_memory(org, person, scripted, travel)
     link = portal_path(api, "customer-42")
 
     # portal link -> My memory
@@ -107,8 +107,8 @@ def run_flow(page, api, org, scripted, js, prefix):
     return person, link
 
 
-def test_account_flow_with_javascript(page, api, org, scripted):
-    person, used_link = run_flow(page, api, org, scripted, js=True, prefix="account")
+def test_account_flow_with_javascript(page, api, org, scripted, travel):
+    person, used_link = run_flow(page, api, org, scripted, travel, js=True, prefix="account")
 
     page.goto("/me/conversations/")
     screenshot(page, "account-conversations")
@@ -146,7 +146,7 @@ def test_account_flow_with_javascript(page, api, org, scripted):
     screenshot(page, "account-empty")
 
 
-def test_account_flow_without_javascript(page_nojs, api, org, scripted):
-    run_flow(page_nojs, api, org, scripted, js=False, prefix="account-nojs")
+def test_account_flow_without_javascript(page_nojs, api, org, scripted, travel):
+    run_flow(page_nojs, api, org, scripted, travel, js=False, prefix="account-nojs")
     page_nojs.goto("/me/conversations/")
     assert page_nojs.locator(".convo").count() == 4
