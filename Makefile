@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test install browser lint check clean
 
+# No fallback key in the code: a random one is generated into .data/secret_key on first use.
+SECRET_KEY ?= $(shell scripts/secret_key)
+export SECRET_KEY
+
 $(STAMP): requirements.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

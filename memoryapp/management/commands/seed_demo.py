@@ -41,8 +41,10 @@ class Command(BaseCommand):
         Membership.objects.get_or_create(user=demo, org=org, defaults={"role": Membership.Role.ADMIN})
         ExternalIdentity.objects.get_or_create(org=org, external_id="demo-user", defaults={"user": demo})
         staff, _ = User.objects.get_or_create(username="staff", defaults={"email": "staff@example.com"})
+        # Staff, not a superuser: the support console needs is_staff and nothing else, and the
+        # admin shows it no model (memory there is read-only and logged anyway).
         staff.is_staff = True
-        staff.is_superuser = True
+        staff.is_superuser = False
         staff.set_password(STAFF_PASSWORD)
         staff.save()
 
