@@ -40,6 +40,7 @@ COUNT_KEYS = {
     "memorysettings": "memory_settings",
     "externalidentity": "external_ids",
     "membership": "memberships",
+    "invitation": "invitations",
     "user_groups": "group_memberships",
     "user_user_permissions": "permissions",
 }
@@ -191,10 +192,13 @@ def erase_member(org, user, requested_via="org"):
     if people.operates(user):
         raise ErasureRefused(OPERATOR_REFUSAL)
     if not ExternalIdentity.objects.filter(org=org, user=user).exists():
-        raise ErasureRefused("This organisation's agent does not know this person.")
-    if ExternalIdentity.objects.filter(user=user).exclude(org=org).exists():
+        raise ErasureRefused("This person is not a member of this organisation (its agent does not know them).")
+    if (
+        ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
+        or Membership.objects.filter(user=user).exclude(org=org).exists()
+    ):
         raise ErasureRefused(
-            "Another organisation's assistant also knows this person, so only they (or staff) can erase their memory."
+            "This person also belongs to another organisation, so only they (or staff) can erase their memory."
         )
     return erase_user(user, requested_via)
 

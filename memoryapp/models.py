@@ -71,7 +71,8 @@ class Invitation(models.Model):
     created_at = models.DateTimeField(default=clock.now)
     expires_at = models.DateTimeField()
     accepted_at = models.DateTimeField(null=True, blank=True)
-    accepted_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Erasing the person who accepted removes the invitation: its note may name them.
+    accepted_by = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = InvitationQuerySet.as_manager()

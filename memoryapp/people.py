@@ -10,16 +10,19 @@ PORTAL_SEEN_KEY = "memoryapp.portal_seen"
 
 
 def operates(user):
-    """True for staff, superusers, members of any org (any role) and anyone with a usable password.
+    """True for staff, superusers, org admins and anyone with a usable password (who can sign in).
 
     Such people manage their own memory and erasure by signing in; an organisation's API key never
-    signs them in, erases them or changes them.
+    signs them in, erases them or changes them. The plain member role the API gives a person it
+    creates (so recall can add the org tier) grants nothing by itself: without a password nobody
+    can sign in with it, and a portal session is confined to /me/. Everyone who joins an org
+    through an invitation has a password of their own, so every member who can act is counted here.
     """
     return bool(
         user.is_staff
         or user.is_superuser
         or user.has_usable_password()
-        or Membership.objects.filter(user=user).exists()
+        or Membership.objects.filter(user=user, role=Membership.Role.ADMIN).exists()
     )
 
 

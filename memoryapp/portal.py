@@ -9,7 +9,7 @@ from django.core import signing
 from django.urls import reverse
 
 from memoryapp import clock, people
-from memoryapp.models import ExternalIdentity, PortalLink
+from memoryapp.models import ExternalIdentity, Membership, PortalLink
 
 SALT = "memoryapp.portal"
 
@@ -52,7 +52,10 @@ def issue_link(user, base_url="", org=None):
     if people.operates(user):
         # Why: an organisation's API key must never mint a session for someone who manages an org.
         raise NotAllowed(OPERATOR_MESSAGE)
-    if org is not None and ExternalIdentity.objects.filter(user=user).exclude(org=org).exists():
+    if org is not None and (
+        Membership.objects.filter(user=user).exclude(org=org).exists()
+        or ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
+    ):
         raise NotAllowed("This person also uses another organisation's assistant, so they sign in themselves.")
     raw = secrets.token_urlsafe(32)
     expires_at = clock.now() + lifetime()

@@ -63,6 +63,7 @@ RECEIPT_LABELS = {
     "memory_settings": "memory switch",
     "external_ids": "assistant identities",
     "memberships": "organisation memberships",
+    "invitations": "organisation invitations you accepted",
     "org_proposals": "suggestions for your organisation",
     "org_facts_unlinked": "organisation facts unlinked from you",
     "admin_log_entries": "admin log entries",
