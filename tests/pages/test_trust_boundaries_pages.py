@@ -117,7 +117,7 @@ def test_a_portal_session_ends_after_the_idle_limit(person, settings):
 
 
 def test_a_password_sign_in_is_not_confined(make_user, org):
-    member = make_user("mia", org)
+    make_user("mia", org)
     browser = Client()
     browser.login(username="mia", password="correct horse battery")
     assert browser.get(f"/orgs/{org.slug}/").status_code == 200
