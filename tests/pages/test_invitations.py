@@ -137,3 +137,15 @@ def test_accepting_twice_with_the_same_account_is_refused(admin, org):
     with pytest.raises(orgs.OrgError, match="already a member"):
         orgs.accept_invitation(token, admin)
     assert Invitation.objects.get(id=invitation.id).accepted_at is None
+
+
+def test_the_sign_up_form_on_an_invitation_is_rate_limited(admin_browser, org, make_user):
+    from memoryapp.pages.orgs.views import JOIN_RATE_PER_MINUTE
+
+    make_user("taken")
+    _, link = create_invitation(admin_browser, org)
+    prober = Client()
+    probe = {"username": "taken", "password1": "a long passphrase 42", "password2": "a long passphrase 42"}
+    statuses = [prober.post(link, probe).status_code for _ in range(JOIN_RATE_PER_MINUTE + 1)]
+    assert statuses[:JOIN_RATE_PER_MINUTE] == [400] * JOIN_RATE_PER_MINUTE and statuses[-1] == 429
+    assert Invitation.objects.get().accepted_at is None

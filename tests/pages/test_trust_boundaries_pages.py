@@ -228,3 +228,10 @@ def test_a_new_key_is_shown_only_in_the_response_that_created_it(make_user, org)
     assert sessions.authenticate_key(secret) is not None
     assert secret not in str(dict(browser.session.items()))
     assert secret not in browser.get(f"/orgs/{org.slug}/keys/").content.decode()
+
+
+def test_the_admin_sign_in_refuses_a_signed_in_person_who_is_not_staff(make_user):
+    browser = Client()
+    browser.force_login(make_user("nora"))
+    assert browser.get("/admin/login/?next=/admin/").status_code == 403
+    assert browser.get("/admin/").status_code == 302  # the admin itself still only offers sign-in
