@@ -48,7 +48,8 @@ class OrganizationAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnly):
+    # People join an organisation only by accepting an invitation (their consent), never from here.
     list_display = ["user", "org", "role", "created_at"]
     list_filter = ["role"]
     raw_id_fields = ["user"]

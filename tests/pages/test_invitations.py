@@ -149,3 +149,13 @@ def test_the_sign_up_form_on_an_invitation_is_rate_limited(admin_browser, org, m
     statuses = [prober.post(link, probe).status_code for _ in range(JOIN_RATE_PER_MINUTE + 1)]
     assert statuses[:JOIN_RATE_PER_MINUTE] == [400] * JOIN_RATE_PER_MINUTE and statuses[-1] == 429
     assert Invitation.objects.get().accepted_at is None
+
+
+def test_the_django_admin_cannot_attach_an_account_to_an_org_either(org, make_user):
+    victim = make_user("vera")
+    root = Client()
+    root.force_login(make_user("root", is_staff=True, is_superuser=True))
+    assert root.get("/admin/memoryapp/membership/add/").status_code == 403
+    response = root.post("/admin/memoryapp/membership/add/", {"user": victim.id, "org": org.id, "role": "admin"})
+    assert response.status_code == 403
+    assert not Membership.objects.filter(user=victim).exists()
