@@ -213,6 +213,8 @@ def test_seed_demo_staff_is_not_a_superuser(db):
     demo = ExternalIdentity.objects.get(org=demo_org, external_id="demo-user").user
     with pytest.raises(portal.NotAllowed):
         portal.issue_link(demo, org=demo_org)
+    customer = ExternalIdentity.objects.get(org=demo_org, external_id="demo-customer").user
+    assert portal.issue_link(customer, org=demo_org)[0]  # the demo's person for portal links
 
 
 # --- the API key page -------------------------------------------------------------------------
