@@ -7,6 +7,10 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test install install-dev browser lint check clean stop
 
+# No fallback key in the code: a random one is generated into .data/secret_key on first use.
+SECRET_KEY ?= $(shell scripts/secret_key)
+export SECRET_KEY
+
 # What runs (requirements.txt), then the tools for tests, lint and benchmarks on top.
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -1,8 +1,12 @@
-"""Django admin for staff. Rows whose edits would break an invariant are read-only here."""
+"""Django admin for staff. Memory is read-only here, and every look at it is in the support access log.
+
+Changing memory goes through the domain functions (validation, history, re-embedding); the admin
+has no form that writes a fact, a turn or a session, and no delete that skips erasure.
+"""
 
 from django.contrib import admin
 
-from memoryapp import models
+from memoryapp import models, support_access
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -12,6 +16,30 @@ class ReadOnly(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class MemoryReadOnly(ReadOnly):
+    """Rows that hold someone's memory or words: each list and each row viewed is logged per person."""
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        changelist = (getattr(response, "context_data", None) or {}).get("cl")
+        if changelist is not None:
+            support_access.record_many(
+                request.user, [row.user_id for row in changelist.result_list], f"admin: {request.get_full_path()}"
+            )
+        return response
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if response.status_code == 200:
+            obj = self.get_object(request, object_id)
+            if obj is not None:
+                support_access.record(request.user, obj.user_id, f"admin: {request.get_full_path()}")
+        return response
+
 
 @admin.register(models.Organization)
 class OrganizationAdmin(admin.ModelAdmin):
@@ -20,7 +48,8 @@ class OrganizationAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnly):
+    # People join an organisation only by accepting an invitation (their consent), never from here.
     list_display = ["user", "org", "role", "created_at"]
     list_filter = ["role"]
     raw_id_fields = ["user"]
@@ -33,44 +62,34 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.MemoryFact)
-class MemoryFactAdmin(admin.ModelAdmin):
+class MemoryFactAdmin(MemoryReadOnly):
+    # Corrections go through /me/ or the console (validation, supersession, history, a new embedding).
     list_display = ["text", "kind", "scope", "origin", "created_at", "superseded_at", "expired_at"]
     list_filter = ["kind", "scope", "origin"]
     search_fields = ["text"]
-    raw_id_fields = ["user", "source_session", "superseded_by", "extraction_run", "added_by"]
-    # The embedding and provenance are never edited by hand: corrections go through supersession.
-    readonly_fields = [
-        "embedding",
-        "embedding_model",
-        "source_session",
-        "source_turns",
-        "extraction_run",
-        "superseded_at",
-        "superseded_by",
-        "supersede_reason",
-        "created_at",
-        "confirmation_count",
-    ]
-
-    def has_add_permission(self, request):
-        return False
-
-    def get_readonly_fields(self, request, obj=None):
-        if obj is not None and obj.superseded_at is not None:
-            return [f.name for f in obj._meta.fields]
-        return self.readonly_fields
+    exclude = ["embedding", "search_vector"]
 
 
 @admin.register(models.AgentSession)
-class AgentSessionAdmin(ReadOnly):
+class AgentSessionAdmin(MemoryReadOnly):
     list_display = ["id", "user", "org", "memory", "started_at", "ended_at", "end_reason", "extraction_status"]
     list_filter = ["memory", "extraction_status", "end_reason"]
 
 
+@admin.register(models.Turn)
+class TurnAdmin(MemoryReadOnly):
+    list_display = ["id", "session_id", "role", "created_at"]
+
+
 @admin.register(models.ExtractionRun)
-class ExtractionRunAdmin(ReadOnly):
+class ExtractionRunAdmin(MemoryReadOnly):
     list_display = ["id", "session", "backend", "model", "status", "started_at", "duration_ms"]
     list_filter = ["status", "backend"]
+
+
+@admin.register(models.RecallLog)
+class RecallLogAdmin(MemoryReadOnly):
+    list_display = ["id", "session_id", "fact_id", "tier"]
 
 
 @admin.register(models.FactEvent)
@@ -79,5 +98,5 @@ class FactEventAdmin(ReadOnly):
     list_filter = ["action", "actor"]
 
 
-for model in (models.Turn, models.RecallLog, models.ErasureReceipt, models.SupportAccess, models.ForgettingRun):
+for model in (models.ErasureReceipt, models.SupportAccess, models.ForgettingRun):
     admin.site.register(model, ReadOnly)

@@ -12,13 +12,14 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models import Q
 
-from memoryapp import clock, writing
+from memoryapp import clock, people, writing
 from memoryapp.models import (
     AgentSession,
     ErasureReceipt,
     ExternalIdentity,
     Membership,
     MemoryFact,
+    Organization,
     OrgFactProposal,
     SupportAccess,
 )
@@ -39,6 +40,7 @@ COUNT_KEYS = {
     "memorysettings": "memory_settings",
     "externalidentity": "external_ids",
     "membership": "memberships",
+    "invitation": "invitations",
     "user_groups": "group_memberships",
     "user_user_permissions": "permissions",
 }
@@ -122,6 +124,7 @@ def erase_user(user, requested_via):
         # check until we commit and then fails, so nothing can land after the erasure.
         if not User.objects.select_for_update().filter(pk=user_id).exists():
             raise ErasureRefused("This account has already been erased.")
+        _refuse_last_admin(user_id)
 
         facts = MemoryFact.objects.filter(user_id=user_id, scope=MemoryFact.Scope.PERSONAL)
         counts["facts_live"] = facts.live().count()
@@ -158,23 +161,44 @@ def erase_user(user, requested_via):
     return receipt
 
 
-def erase_member(org, user, requested_via="org"):
-    """Erase a person on behalf of an organisation they belong to (API key or org admin).
+def _refuse_last_admin(user_id):
+    """ErasureRefused when the user is the only admin of an organisation (it would be left unmanaged).
 
-    Refused when they also belong to another organisation or are staff: one organisation cannot
-    erase memory that another holds; the person can still erase everything themselves.
+    Called inside the erasure's transaction: the organisations are row-locked (the lock
+    orgs.change_role and orgs.remove_member take first), so a demotion or a second erasure
+    running at the same time waits and then sees the result of this one.
     """
-    in_org = (
-        Membership.objects.filter(org=org, user=user).exists()
-        or ExternalIdentity.objects.filter(org=org, user=user).exists()
-    )
-    if not in_org:
-        raise ErasureRefused("This person is not a member of this organisation.")
-    elsewhere = (
-        Membership.objects.filter(user=user).exclude(org=org).exists()
-        or ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
-    )
-    if elsewhere or user.is_staff:
+    admin_of = Membership.objects.filter(user_id=user_id, role=Membership.Role.ADMIN).values("org_id")
+    for org in Organization.objects.select_for_update().filter(id__in=admin_of).order_by("id"):
+        others = Membership.objects.filter(org=org, role=Membership.Role.ADMIN).exclude(user_id=user_id)
+        if not others.exists():
+            raise ErasureRefused(
+                f"This account is the only admin of {org.name}. Make another member an admin first, "
+                "or delete the organisation; then the account can be erased."
+            )
+
+
+OPERATOR_REFUSAL = (
+    "This person operates an organisation (a member, an admin, staff, or an account with a password), "
+    "so only they can erase their memory, by signing in; an API key cannot erase them."
+)
+
+
+def erase_member(org, user, requested_via="org"):
+    """Erase a person on behalf of an organisation whose agent knows them (its API key).
+
+    Refused for anyone who operates an organisation (member, admin, staff, password): an API key
+    acts only on the people whose memory its agent keeps. Refused too when another organisation's
+    agent also knows them: one organisation cannot erase memory that another holds.
+    """
+    if people.operates(user):
+        raise ErasureRefused(OPERATOR_REFUSAL)
+    if not ExternalIdentity.objects.filter(org=org, user=user).exists():
+        raise ErasureRefused("This person is not a member of this organisation (its agent does not know them).")
+    if (
+        ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
+        or Membership.objects.filter(user=user).exclude(org=org).exists()
+    ):
         raise ErasureRefused(
             "This person also belongs to another organisation, so only they (or staff) can erase their memory."
         )

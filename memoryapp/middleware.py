@@ -1,4 +1,11 @@
-"""Content-Security-Policy: our own scripts and styles only, no inline scripts."""
+"""Content-Security-Policy (our own scripts and styles only) and the confinement of portal sessions."""
+
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.shortcuts import render
+
+from memoryapp import people
+from memoryapp.api.errors import error_json
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -15,4 +22,59 @@ class ContentSecurityPolicyMiddleware:
         if request.path.startswith("/api/docs"):
             return response  # ninja's Swagger UI loads its own assets
         response.headers.setdefault("Content-Security-Policy", CSP)
+        return response
+
+
+# What a memory-only session may reach: the person's own pages, signing out (or in as someone
+# else), the liveness probe and static files. The agent API never reads the cookie anyway.
+PORTAL_PATHS = ("/me/", "/logout/", "/login/", "/static/", "/healthz", "/api/")
+
+
+class PortalSessionMiddleware:
+    """Confine sessions opened by a portal link to /me/, and end them after the idle limit."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if people.is_portal_session(request):
+            if people.portal_session_idle(request):
+                logout(request)
+                messages.info(request, "You were signed out after a while without activity.")
+            else:
+                people.touch_portal_session(request)
+                if request.path != "/" and not request.path.startswith(PORTAL_PATHS):
+                    return render(request, "auth/portal_only.html", status=403)
+        return self.get_response(request)
+
+
+# Errors Django answers before (or around) the agent API, said in the API's own words.
+API_ERRORS = {
+    400: ("bad_request", "The request was refused before it reached the API (for example, an unknown Host header)."),
+    403: ("forbidden", "This request is not allowed."),
+    404: ("not_found", "No such API route. A user id cannot contain '/' (sent as %2F or not)."),
+    405: ("method_not_allowed", "This route does not accept that HTTP method."),
+    413: ("too_large", "The request body is too large."),
+    500: ("internal_error", "Something went wrong on our side; nothing was stored."),
+}
+
+
+class ApiJsonErrorsMiddleware:
+    """Every error response under /api/ is JSON {"error": ...}, including Django's own 400/404/405."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            request.path_info.startswith("/api/")
+            and response.status_code >= 400
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            code, message = API_ERRORS.get(response.status_code, ("error", "The request failed."))
+            replacement = error_json(response.status_code, code, message)
+            if "Allow" in response:
+                replacement["Allow"] = response["Allow"]
+            return replacement
         return response

@@ -53,6 +53,37 @@ class Membership(models.Model):
         ]
 
 
+class InvitationQuerySet(models.QuerySet):
+    def pending(self):
+        """Not yet accepted, not revoked, not expired."""
+        return self.filter(accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=clock.now())
+
+
+class Invitation(models.Model):
+    """A one-time, expiring link an org admin hands to someone so they can join; only its hash is stored."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    # Who it is meant for, in the admin's words: a label only, never matched against accounts.
+    note = models.CharField(max_length=100, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True)  # sha256 hex; the link's token is never stored
+    created_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=clock.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    # Erasing the person who accepted removes the invitation: its note may name them.
+    accepted_by = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # the members page lists an org's invitations, newest first
+            models.Index(fields=["org", "-created_at"], name="invitation_org_created_idx"),
+        ]
+
+
 class MemorySettings(models.Model):
     """Per-person memory switch (on by default)."""
 

@@ -1,12 +1,12 @@
-"""Team accounts: the org tier of facts, the proposal queue, members, API keys and deleting an org."""
+"""Team accounts: the org tier of facts, the proposal queue, members and invitations, API keys, deleting an org."""
 
-import re
+import hashlib
+import secrets
 from collections import Counter
-from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Q
 
@@ -16,6 +16,7 @@ from memoryapp.models import (
     ApiKey,
     ExternalIdentity,
     FactEvent,
+    Invitation,
     Membership,
     MemoryFact,
     MemorySettings,
@@ -25,6 +26,7 @@ from memoryapp.models import (
 
 ORG_ADMIN = MemoryFact.Origin.ORG_ADMIN
 KEY_NAME_MAX = 100
+INVITATION_NOTE_MAX = 100
 
 
 class OrgError(ValueError):
@@ -213,12 +215,6 @@ def reject_proposal(proposal, admin):
 # --- members --------------------------------------------------------------------------
 
 
-@dataclass
-class Added:
-    membership: Membership
-    invited: bool  # a new account was created for the email address
-
-
 def members(org):
     """The org's memberships: admins first, then by name."""
     return list(
@@ -226,51 +222,75 @@ def members(org):
     )  # "admin" sorts before "member"
 
 
-def _username_for(email):
-    User = get_user_model()
-    base = re.sub(r"[^\w.+-]", "", email.split("@")[0])[:120] or "member"
-    name, n = base, 1
-    while User.objects.filter(username__iexact=name).exists():
-        n += 1
-        name = f"{base}{n}"
-    return name
+# --- invitations: the only way in; nobody is attached to an org without their own consent ------
+
+INVITATION_UNUSABLE = "This invitation can't be used: it was already used, revoked, or it expired. Ask for a new one."
 
 
-def add_member(org, who, role=Membership.Role.MEMBER):
-    """Add an existing user (by username or email) or invite a new one by email: an account with no password yet."""
-    who = (who or "").strip()
-    if not who:
-        raise OrgError("Enter a username or an email address.")
-    if len(who) > 254:
-        raise OrgError("That is too long for a username or an email address.")
+def _token_hash(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invite(org, admin, role=Membership.Role.MEMBER, note=""):
+    """A new one-time invitation to `org`: returns (Invitation, token); only the token's hash is stored."""
     if role not in Membership.Role.values:
         raise OrgError("Choose a role: admin or member.")
-    User = get_user_model()
-    user = User.objects.filter(username__iexact=who).first()
-    invited = False
-    if user is None and "@" in who:
-        try:
-            validate_email(who)
-        except ValidationError:
-            raise OrgError("That email address does not look right.") from None
-        matches = list(User.objects.filter(email__iexact=who)[:2])
-        if len(matches) > 1:
-            raise OrgError("Several accounts use that email address; add the person by username instead.")
-        user = matches[0] if matches else None
-        if user is None:
-            user = User(username=_username_for(who), email=who)
-            user.set_unusable_password()
-            invited = True
-    if user is None:
-        raise OrgError(f"No account is called “{who}”. To invite someone new, enter their email address.")
+    note = " ".join((note or "").split())
+    if len(note) > INVITATION_NOTE_MAX:
+        raise OrgError(f"A note is at most {INVITATION_NOTE_MAX} characters.")
+    token = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        org=org,
+        role=role,
+        note=note,
+        token_hash=_token_hash(token),
+        created_by=admin,
+        expires_at=clock.now() + timedelta(days=settings.MEMORY["INVITATION_DAYS"]),
+    )
+    return invitation, token
+
+
+def pending_invitations(org):
+    """Invitations to `org` nobody has used yet and that still work, newest first."""
+    return list(Invitation.objects.filter(org=org).pending().order_by("-created_at", "-id"))
+
+
+def revoke_invitation(invitation):
+    """Stop an invitation working at once."""
+    Invitation.objects.filter(id=invitation.id, revoked_at__isnull=True).update(revoked_at=clock.now())
+
+
+def invitation_for(token):
+    """The pending invitation behind `token`, with its org; OrgError (one message for every reason) otherwise."""
+    invitation = Invitation.objects.pending().select_related("org").filter(token_hash=_token_hash(token or "")).first()
+    if invitation is None:
+        raise OrgError(INVITATION_UNUSABLE)
+    return invitation
+
+
+def accept_invitation(token, user):
+    """`user` accepts the invitation (their own consent): they join its org with its role, once."""
     with transaction.atomic():
-        if invited:
-            user.save()
-            MemorySettings.objects.create(user=user)
-        elif Membership.objects.filter(org=org, user=user).exists():
-            raise OrgError(f"{user.username} is already a member.")
-        membership = Membership.objects.create(org=org, user=user, role=role)
-    return Added(membership, invited)
+        # Locked so the same link opened twice at once makes one membership, never two.
+        invitation = Invitation.objects.select_for_update().filter(token_hash=_token_hash(token or "")).first()
+        if invitation is None or not Invitation.objects.filter(id=invitation.id).pending().exists():
+            raise OrgError(INVITATION_UNUSABLE)
+        if Membership.objects.filter(org_id=invitation.org_id, user=user).exists():
+            raise OrgError("You are already a member of this organisation.")
+        membership = Membership.objects.create(org_id=invitation.org_id, user=user, role=invitation.role)
+        Invitation.objects.filter(id=invitation.id).update(accepted_at=clock.now(), accepted_by=user)
+    return membership
+
+
+def join_with_new_account(token, username, password):
+    """Create the invitee's own account (their username and password) and accept the invitation with it."""
+    User = get_user_model()
+    with transaction.atomic():
+        invitation_for(token)  # a dead link creates no account
+        user = User.objects.create_user(username=username, password=password)
+        MemorySettings.objects.create(user=user)
+        membership = accept_invitation(token, user)
+    return membership
 
 
 def _admins_locked(org):

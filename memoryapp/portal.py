@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core import signing
 from django.urls import reverse
 
-from memoryapp import clock
+from memoryapp import clock, people
 from memoryapp.models import ExternalIdentity, Membership, PortalLink
 
 SALT = "memoryapp.portal"
@@ -24,7 +24,13 @@ class PortalError(Exception):
 
 
 class NotAllowed(ValueError):
-    """This person cannot be signed in by this organisation's link; the message says why."""
+    """This person cannot be signed in by a portal link; the message says why."""
+
+
+OPERATOR_MESSAGE = (
+    "This person operates an organisation (a member, an admin, staff, or an account with a password), "
+    "so they see and erase their memory by signing in themselves; an API key cannot sign them in."
+)
 
 
 def _hash(raw):
@@ -39,12 +45,13 @@ def lifetime():
 def issue_link(user, base_url="", org=None):
     """A new signed, one-time link for `user`: returns (url, expires_at); only a hash is stored.
 
-    With `org` (the API key's organisation), refused for people who also belong to another
-    organisation: a link shows all of a person's memory, not just what this organisation's agent saw.
+    Only for people whose memory an agent keeps: never for anyone who operates an organisation
+    (they would get a session an API key minted). With `org` (the API key's organisation), also
+    refused for people another organisation's agent knows: a link shows all of a person's memory.
     """
-    if user.is_staff or user.is_superuser:
-        # Why: an organisation's API key must never be able to mint a session for a staff account.
-        raise NotAllowed("Portal links can only be issued for end users, not staff.")
+    if people.operates(user):
+        # Why: an organisation's API key must never mint a session for someone who manages an org.
+        raise NotAllowed(OPERATOR_MESSAGE)
     if org is not None and (
         Membership.objects.filter(user=user).exclude(org=org).exists()
         or ExternalIdentity.objects.filter(user=user).exclude(org=org).exists()
@@ -57,8 +64,8 @@ def issue_link(user, base_url="", org=None):
     return base_url.rstrip("/") + reverse("me:portal", args=[token]), expires_at
 
 
-def redeem(token):
-    """The user a link signs in, marking it used; PortalError (400 bad, 410 used or expired) otherwise."""
+def _usable_link(token):
+    """The unused, unexpired PortalLink behind `token`; PortalError (400 bad, 410 used or expired) otherwise."""
     try:
         raw = signing.Signer(salt=SALT).unsign(token)
     except signing.BadSignature:
@@ -67,15 +74,25 @@ def redeem(token):
     if link is None:
         # A signed token with no row: the link was used and its account erased, or never existed here.
         raise PortalError(410, "This sign-in link is no longer valid. Ask the assistant for a new one.")
-    now = clock.now()
     if link.used_at is not None:
         raise PortalError(410, "This sign-in link has already been used. Each link works once.")
-    if link.expires_at <= now:
+    if link.expires_at <= clock.now():
         raise PortalError(410, "This sign-in link has expired. Links are valid for a few minutes only.")
+    return link
+
+
+def check(token):
+    """Raise the PortalError a link would give, without using it (a GET only looks)."""
+    _usable_link(token)
+
+
+def redeem(token):
+    """The user a link signs in, marking it used; PortalError (400 bad, 410 used or expired) otherwise."""
+    link = _usable_link(token)
     # The conditional update makes the link single-use even if it is opened twice at once.
-    claimed = PortalLink.objects.filter(id=link.id, used_at__isnull=True).update(used_at=now)
+    claimed = PortalLink.objects.filter(id=link.id, used_at__isnull=True).update(used_at=clock.now())
     if not claimed:
         raise PortalError(410, "This sign-in link has already been used. Each link works once.")
-    if link.user.is_staff or link.user.is_superuser or not link.user.is_active:
+    if people.operates(link.user) or not link.user.is_active:
         raise PortalError(400, "This sign-in link cannot be used for this account.")
     return link.user

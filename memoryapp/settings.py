@@ -1,10 +1,12 @@
 """Settings, read only from the environment. Defaults follow the seed article."""
 
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from memoryapp import db
 
@@ -28,7 +30,17 @@ def env_float(name, default):
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env("SECRET_KEY") or "dev-only-insecure-key-set-SECRET_KEY-in-production-0123456789"
+SECRET_KEY = env("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        # Why: a fallback key in the source would sign everyone's sessions and links, and would
+        # make an erasure receipt's keyed reference reversible to a user id.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it to a long random value (for example the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); `make run` and `make test` "
+            "generate one into .data/secret_key."
+        )
+    SECRET_KEY = secrets.token_urlsafe(50)  # DEBUG only: random per process, never a known value
 ALLOWED_HOSTS = [h for h in env("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -48,6 +60,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so it also sees the 400 Django answers for a bad Host header further in.
+    "memoryapp.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "memoryapp.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -55,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "memoryapp.middleware.PortalSessionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -234,6 +249,9 @@ MEMORY = {
         "org": None,  # org facts are curated by admins
     },
     "PORTAL_LINK_MINUTES": env_int("MEMORY_PORTAL_LINK_MINUTES", 10),
+    # A memory-only session (opened by a portal link) ends after this long without a request.
+    "PORTAL_IDLE_MINUTES": env_int("MEMORY_PORTAL_IDLE_MINUTES", 30),
+    "INVITATION_DAYS": env_int("MEMORY_INVITATION_DAYS", 7),
     # Backoff doubles from 1 minute up to 60: 10 attempts ride out a model outage of about 4 hours.
     "EXTRACTION_MAX_ATTEMPTS": env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 10),
     "API_RATE_PER_MINUTE": env_int("MEMORY_API_RATE_PER_MINUTE", 600),

@@ -3,9 +3,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memoryapp.api import api
-from memoryapp.pages.auth import LoginView
+from memoryapp.pages.auth import LoginView, admin_login
 from memoryapp.pages.health import healthz
 from memoryapp.pages.me import views as me
+from memoryapp.pages.orgs import views as orgs
 
 urlpatterns = [
     path("", me.home, name="home"),
@@ -15,6 +16,10 @@ urlpatterns = [
     path("me/", include("memoryapp.pages.me.urls")),
     path("console/", include("memoryapp.pages.console.urls")),
     path("orgs/", include("memoryapp.pages.orgs.urls")),
+    # Outside /orgs/<slug>/ so no organisation's slug can shadow it.
+    path("join/<str:invite_token>/", orgs.join, name="org-join"),
+    # Before the admin's own URLs: its sign-in form would bypass the rate limit of /login/.
+    path("admin/login/", admin_login, name="admin-login"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from memoryapp import clock, portal, sessions, writing
+from memoryapp import clock, orgs, portal, sessions, writing
 from memoryapp.api import api
 from memoryapp.models import (
     ApiKey,
@@ -32,195 +32,232 @@ from memoryapp.models import (
 
 pytestmark = pytest.mark.django_db
 
-ACTORS = ("anon", "user_a", "user_b", "other_org", "org_admin", "staff", "key_a", "key_b", "key_revoked")
+ACTORS = ("anon", "user_a", "user_b", "other_org", "org_admin", "staff", "key_a", "key_b", "key_revoked", "portal")
 
 # B's words. None of them may appear in any response to anyone acting as, or for, someone else.
 B_SECRETS = ("Zanzibar", "QUIXOTIC-WALRUS-7731")
 
 # Declared status per route and method, one column per actor in ACTORS order:
-#          anon A   B   other adm staff keyA keyB revoked
+#          anon A   B   other adm staff keyA keyB revoked portal
 # Pages ignore API keys (they are not sessions), so key callers are anonymous there.
+# "portal" is a memory-only session opened by a portal link for Pat, a person Acme's agent remembers
+# (no password, no admin role): it reaches Pat's own /me/ pages and nothing else (403 elsewhere).
 # /me/ pages: someone else's fact or conversation is 404 (never 403: existence is not revealed).
-# /console/: staff only; anyone else is sent to sign in (staff_member_required).
+# /console/: staff only; signed-out visitors are sent to sign in, anyone else signed in gets 403.
 # /orgs/<slug>/: non-members 404, members 403 for admin actions, org admins 200/302.
 PAGES = {
-    "": {"GET": "302 302 302 302 302 302 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "": {"GET": "302 302 302 302 302 302 302 302 302 302", "POST": "405 405 405 405 405 405 405 405 405 405"},
     # Liveness probe: says "ok" and nothing else.
-    "healthz": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405"},
-    "login/": {"GET": "200 302 302 302 302 302 200 200 200", "POST": "200 302 302 302 302 302 200 200 200"},
-    "logout/": {"GET": "405 405 405 405 405 405 405 405 405", "POST": "302 302 302 302 302 302 302 302 302"},
-    "me/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "healthz": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    "login/": {"GET": "200 302 302 302 302 302 200 200 200 302", "POST": "200 302 302 302 302 302 200 200 200 302"},
+    "logout/": {"GET": "405 405 405 405 405 405 405 405 405 405", "POST": "302 302 302 302 302 302 302 302 302 302"},
+    "me/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
     "me/facts/<uuid:fact_id>/": {
-        "GET": "302 200 404 404 404 404 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 404 404 404 404 302 302 302 404",
+        "POST": "405 405 405 405 405 405 405 405 405 405",
     },
     "me/facts/<uuid:fact_id>/correct/": {
-        "GET": "302 200 404 404 404 404 302 302 302",
-        "POST": "302 200 404 404 404 404 302 302 302",
+        "GET": "302 200 404 404 404 404 302 302 302 404",
+        "POST": "302 200 404 404 404 404 302 302 302 404",
     },
     "me/facts/<uuid:fact_id>/delete/": {
-        "GET": "302 200 404 404 404 404 302 302 302",
-        "POST": "302 302 404 404 404 404 302 302 302",
+        "GET": "302 200 404 404 404 404 302 302 302 404",
+        "POST": "302 302 404 404 404 404 302 302 302 404",
     },
-    "me/conversations/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "me/conversations/": {
+        "GET": "302 200 200 200 200 200 302 302 302 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405",
+    },
     "me/conversations/<uuid:session_id>/": {
-        "GET": "302 200 404 404 404 404 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 404 404 404 404 302 302 302 404",
+        "POST": "405 405 405 405 405 405 405 405 405 405",
     },
-    "me/settings/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "302 400 400 400 400 400 302 302 302"},
-    "me/data/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "me/settings/": {
+        "GET": "302 200 200 200 200 200 302 302 302 200",
+        "POST": "302 400 400 400 400 400 302 302 302 400",
+    },
+    "me/data/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
     "me/data/export.json": {
-        "GET": "302 200 200 200 200 200 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 200 200 200 200 302 302 302 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405",
     },
     # An empty POST only shows the confirmation form again; nothing is erased without the typed word.
-    "me/erase/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "302 200 200 200 200 200 302 302 302"},
+    "me/erase/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "302 200 200 200 200 200 302 302 302 200"},
     # The receipt holds no personal data, so it needs no sign-in.
     "me/erased/<uuid:receipt_id>/": {
-        "GET": "200 200 200 200 200 200 200 200 200",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "200 200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405",
     },
-    "me/about/": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405"},
-    # The token is the credential: whoever holds a fresh one signs in as its owner (A).
+    "me/about/": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    # The token is the credential: GET only shows a Continue button (link previewers cannot use it);
+    # POST signs whoever holds a fresh one in as its owner (Pat), in a memory-only session.
     "me/portal/<str:token>/": {
-        "GET": "302 302 302 302 302 302 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "200 200 200 200 200 200 200 200 200 200",
+        "POST": "302 302 302 302 302 302 302 302 302 302",
     },
-    "console/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/": {"GET": "302 403 403 403 403 200 302 302 302 403", "POST": "302 403 403 403 403 405 302 302 302 403"},
     "console/facts/<uuid:fact_id>/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/facts/<uuid:fact_id>/restore": {
-        "GET": "302 302 302 302 302 405 302 302 302",
-        "POST": "302 302 302 302 302 302 302 302 302",
+        "GET": "302 403 403 403 403 405 302 302 302 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403",
     },
     "console/sessions/<uuid:session_id>/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/sessions/<uuid:session_id>/rerun": {
-        "GET": "302 302 302 302 302 405 302 302 302",
-        "POST": "302 302 302 302 302 302 302 302 302",
+        "GET": "302 403 403 403 403 405 302 302 302 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403",
     },
     "console/runs/<int:run_id>/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
-    "console/health/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/health/": {
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
+    },
     "console/poisoning/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/poisoning/<uuid:fact_id>/": {
-        "GET": "302 302 302 302 302 405 302 302 302",
-        "POST": "302 302 302 302 302 302 302 302 302",
+        "GET": "302 403 403 403 403 405 302 302 302 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403",
     },
-    "console/quality/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/quality/": {
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
+    },
     "console/quality/review/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/quality/review/draw": {
-        "GET": "302 302 302 302 302 405 302 302 302",
-        "POST": "302 302 302 302 302 302 302 302 302",
+        "GET": "302 403 403 403 403 405 302 302 302 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403",
     },
     "console/quality/review/<int:review_id>/": {
-        "GET": "302 302 302 302 302 405 302 302 302",
-        "POST": "302 302 302 302 302 302 302 302 302",
+        "GET": "302 403 403 403 403 405 302 302 302 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403",
     },
-    "console/access/": {"GET": "302 302 302 302 302 200 302 302 302", "POST": "302 302 302 302 302 405 302 302 302"},
+    "console/access/": {
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
+    },
     "console/at-limit/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/forgetting/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
     "console/forgetting/<int:run_id>/": {
-        "GET": "302 302 302 302 302 200 302 302 302",
-        "POST": "302 302 302 302 302 405 302 302 302",
+        "GET": "302 403 403 403 403 200 302 302 302 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403",
     },
-    "orgs/": {"GET": "302 200 200 200 200 200 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
-    "orgs/<slug:slug>/": {"GET": "302 200 200 404 200 404 302 302 302", "POST": "405 405 405 405 405 405 405 405 405"},
+    "orgs/": {"GET": "302 200 200 200 200 200 302 302 302 403", "POST": "405 405 405 405 405 405 405 405 405 403"},
+    "orgs/<slug:slug>/": {
+        "GET": "302 200 200 404 200 404 302 302 302 403",
+        "POST": "405 405 405 405 405 405 405 405 405 403",
+    },
     "orgs/<slug:slug>/facts/add/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/facts/<uuid:fact_id>/edit/": {
-        "GET": "302 403 403 404 200 404 302 302 302",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "302 403 403 404 200 404 302 302 302 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/facts/<uuid:fact_id>/delete/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 302 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 302 404 302 302 302 403",
     },
     "orgs/<slug:slug>/proposals/": {
-        "GET": "302 403 403 404 200 404 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 403 403 404 200 404 302 302 302 403",
+        "POST": "405 405 405 405 405 405 405 405 405 403",
     },
     "orgs/<slug:slug>/proposals/<int:proposal_id>/decide/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/members/": {
-        "GET": "302 200 200 404 200 404 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 200 404 200 404 302 302 302 403",
+        "POST": "405 405 405 405 405 405 405 405 405 403",
     },
-    "orgs/<slug:slug>/members/add/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 400 404 302 302 302",
+    # Invitations are the only way in; an empty form is a 400 for the admin.
+    "orgs/<slug:slug>/invitations/create/": {
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
+    },
+    "orgs/<slug:slug>/invitations/<int:invitation_id>/revoke/": {
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 302 404 302 302 302 403",
     },
     "orgs/<slug:slug>/members/<int:membership_id>/role/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/members/<int:membership_id>/remove/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 302 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 302 404 302 302 302 403",
     },
     "orgs/<slug:slug>/leave/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
         # the only admin cannot leave (400); a member leaves (302)
-        "POST": "302 302 302 404 400 404 302 302 302",
+        "POST": "302 302 302 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/keys/": {
-        "GET": "302 403 403 404 200 404 302 302 302",
-        "POST": "405 405 405 405 405 405 405 405 405",
+        "GET": "302 403 403 404 200 404 302 302 302 403",
+        "POST": "405 405 405 405 405 405 405 405 405 403",
     },
     "orgs/<slug:slug>/keys/create/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
     },
     "orgs/<slug:slug>/keys/<int:key_id>/revoke/": {
-        "GET": "405 405 405 405 405 405 405 405 405",
-        "POST": "302 403 403 404 302 404 302 302 302",
+        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "POST": "302 403 403 404 302 404 302 302 302 403",
     },
     "orgs/<slug:slug>/delete/": {
-        "GET": "302 403 403 404 200 404 302 302 302",
-        "POST": "302 403 403 404 400 404 302 302 302",
+        "GET": "302 403 403 404 200 404 302 302 302 403",
+        "POST": "302 403 403 404 400 404 302 302 302 403",
+    },
+    # An invitation link: anyone may look; POST joins with the signed-in account (its consent), or
+    # needs a new account's details (400 when empty); people already in Acme get 400. A portal
+    # session cannot join anything.
+    "join/<str:invite_token>/": {
+        "GET": "200 200 200 200 200 200 200 200 200 403",
+        "POST": "400 400 400 302 400 302 400 400 400 403",
     },
     # The agent API's own pages: the schema and its viewer are public and hold no data
     # (ninja serves them for any method).
-    "api/": {"GET": "404 404 404 404 404 404 404 404 404", "POST": "404 404 404 404 404 404 404 404 404"},
-    "api/openapi.json": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200"},
-    "api/docs": {"GET": "200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200"},
+    "api/": {"GET": "404 404 404 404 404 404 404 404 404 404", "POST": "404 404 404 404 404 404 404 404 404 404"},
+    "api/openapi.json": {
+        "GET": "200 200 200 200 200 200 200 200 200 200",
+        "POST": "200 200 200 200 200 200 200 200 200 200",
+    },
+    "api/docs": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200 200"},
 }
 
 # The agent API: only a live key of the session's (or person's) organisation gets through.
 # Signed-in people without a key are 401 like anyone else: the API never reads the cookie.
+# A (alice) has a password: the key may export her memory but never signs her in or erases her (409).
 API = {
-    ("POST", "/v1/sessions"): "401 401 401 401 401 401 201 201 401",
-    ("POST", "/v1/sessions/{session_id}/turns"): "401 401 401 401 401 401 202 404 401",
-    ("POST", "/v1/sessions/{session_id}/end"): "401 401 401 401 401 401 202 404 401",
-    ("GET", "/v1/sessions/{session_id}"): "401 401 401 401 401 401 200 404 401",
-    ("POST", "/v1/recall"): "401 401 401 401 401 401 200 404 401",
-    ("POST", "/v1/prompt"): "401 401 401 401 401 401 200 404 401",
-    ("GET", "/v1/sessions/{session_id}/recall"): "401 401 401 401 401 401 200 404 401",
-    ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 200 404 401",
-    ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401",
-    ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 202 404 401",
+    ("POST", "/v1/sessions"): "401 401 401 401 401 401 201 201 401 401",
+    ("POST", "/v1/sessions/{session_id}/turns"): "401 401 401 401 401 401 202 404 401 401",
+    ("POST", "/v1/sessions/{session_id}/end"): "401 401 401 401 401 401 202 404 401 401",
+    ("GET", "/v1/sessions/{session_id}"): "401 401 401 401 401 401 200 404 401 401",
+    ("POST", "/v1/recall"): "401 401 401 401 401 401 200 404 401 401",
+    ("POST", "/v1/prompt"): "401 401 401 401 401 401 200 404 401 401",
+    ("GET", "/v1/sessions/{session_id}/recall"): "401 401 401 401 401 401 200 404 401 401",
+    ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 409 404 401 401",
+    ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401 401",
+    ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 409 404 401 401",
 }
 
 
@@ -270,6 +307,7 @@ def world(db, make_user):
     sam = make_user("sam", is_staff=True)
     for person, org, ext in ((alice, acme, "ext-alice"), (bob, acme, "ext-bob"), (carol, globex, "ext-carol")):
         ExternalIdentity.objects.create(org=org, user=person, external_id=ext)
+    pat = sessions.get_or_create_user(acme, "ext-pat")  # remembered by Acme's agent; no password
 
     def history(person, said, fact_text, kind):
         session = sessions.open_session(acme, person)
@@ -304,11 +342,16 @@ def world(db, make_user):
     receipt = ErasureReceipt.objects.create(subject_ref="ref", requested_via="self", counts={"facts": 1})
     forgetting_run = ForgettingRun.objects.create(mode="log")
 
+    invitation, _ = orgs.invite(acme, olga, "member")
+
     cookies = {}
     for name, person in (("user_a", alice), ("user_b", bob), ("other_org", carol), ("org_admin", olga), ("staff", sam)):
         c = Client()
         c.force_login(person)
         cookies[name] = c.cookies
+    c = Client()  # Pat opens a portal link and presses Continue: a memory-only session
+    assert c.post("/me/portal/" + portal.issue_link(pat)[0].rstrip("/").rsplit("/", 1)[-1] + "/").status_code == 302
+    cookies["portal"] = c.cookies
     keys = {"key_a": key_a, "key_b": key_b, "key_revoked": key_revoked}
 
     def params(route, owner="a"):
@@ -319,7 +362,6 @@ def world(db, make_user):
         }[owner]
         is_org = route.startswith("orgs/")
         membership = Membership.objects.get(user=mine["user"], org=acme)
-        link_user = mine["user"]
         return {
             "fact_id": org_fact.id if is_org else mine["fact"].id,
             "session_id": mine["session"].id,
@@ -330,9 +372,11 @@ def world(db, make_user):
             "proposal_id": proposal.id,
             "membership_id": membership.id,
             "key_id": key_a_row.id,
-            "user": f"ext-{link_user.username}",
-            # A fresh one-time link each time: the credential is the token itself.
-            "token": lambda: portal.issue_link(link_user)[0].rstrip("/").rsplit("/", 1)[-1],
+            "user": f"ext-{mine['user'].username}",
+            # A fresh one-time link each time (for Pat): the credential is the token itself.
+            "token": lambda: portal.issue_link(pat)[0].rstrip("/").rsplit("/", 1)[-1],
+            "invite_token": lambda: orgs.invite(acme, olga, "member")[1],
+            "invitation_id": invitation.id,
         }
 
     return {
@@ -431,7 +475,7 @@ def test_every_route_answers_every_caller_as_declared_and_never_leaks_b(world):
             if actor != "user_b":
                 leaks += [f"{method} {url} as {actor} shows {s!r}" for s in B_SECRETS if s in body]
 
-    assert checked >= 9 * (len(PAGES) + len(API))
+    assert checked >= len(ACTORS) * (len(PAGES) + len(API))
     assert not mismatches, f"{len(mismatches)} of {checked} checks differ:\n" + "\n".join(mismatches)
     assert not leaks, "B's memory leaked:\n" + "\n".join(leaks)
 
@@ -444,7 +488,7 @@ def test_b_objects_in_the_path_never_show_b_to_a_or_another_tenant(world):
         if route.startswith("api/") or "<" not in route or route.startswith("me/portal/"):
             continue
         url = "/" + _fill(route, world["params"](route, owner="b"))
-        for actor in ("user_a", "other_org", "key_b"):
+        for actor in ("user_a", "other_org", "key_b", "portal"):
             status, body = _request(world, actor, "GET", url)
             leaks += [f"GET {url} as {actor} shows {s!r}" for s in B_SECRETS if s in body]
             if status == 200 and route.startswith("me/") and "erased" not in route:

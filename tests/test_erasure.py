@@ -22,6 +22,7 @@ from memoryapp.models import (
     ErasureReceipt,
     ExternalIdentity,
     FactEvent,
+    Invitation,
     Membership,
     MemoryFact,
     OrgFactProposal,
@@ -75,6 +76,9 @@ def erin(org, staff, scripted, travel):
     user = User.objects.create_user(id=ERIN_ID, username=USERNAME, email=EMAIL, password="correct horse battery")
     ExternalIdentity.objects.create(org=org, user=user, external_id=EXTERNAL_ID)
     Membership.objects.create(org=org, user=user)
+    Invitation.objects.create(
+        org=org, note=f"for {USERNAME}", token_hash="e" * 64, expires_at=clock.now(), accepted_by=user, created_by=user
+    )
     writing.set_memory_switch(user, True)
     user.groups.add(Group.objects.create(name="beta testers"))
     user.user_permissions.add(Permission.objects.get(codename="view_memoryfact"))
@@ -322,10 +326,15 @@ def test_erasing_a_staff_member_keeps_their_access_log_about_others_without_thei
 def test_org_member_erasure_only_for_people_of_that_org_alone(org, other_org, bob, make_user):
     with pytest.raises(erasure.ErasureRefused, match="not a member"):
         erasure.erase_member(other_org, bob)
-    both = make_user("both", org=org)
-    Membership.objects.create(org=other_org, user=both)
+    both = sessions.get_or_create_user(org, "both")
+    sessions.get_or_create_user(other_org, "x")  # another org's agent knows someone else...
+    ExternalIdentity.objects.create(org=other_org, user=both, external_id="both-there")  # ...and this person too
     with pytest.raises(erasure.ErasureRefused, match="another organisation"):
         erasure.erase_member(org, both)
+    operator = make_user("operator", org=org)  # a password: they erase themselves by signing in
+    ExternalIdentity.objects.create(org=org, user=operator, external_id="operator")
+    with pytest.raises(erasure.ErasureRefused, match="operates an organisation"):
+        erasure.erase_member(org, operator)
     bob_id = bob.id
     assert FactEvent.objects.filter(user_id=bob_id).exists()
     receipt = erasure.erase_member(org, bob)

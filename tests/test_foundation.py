@@ -188,6 +188,7 @@ def test_admin_never_offers_to_edit_an_embedding_or_a_superseded_fact(client, ma
     client.force_login(staff)
     live_page = client.get(f"/admin/memoryapp/memoryfact/{live.id}/change/").content.decode()
     old_page = client.get(f"/admin/memoryapp/memoryfact/{old.id}/change/").content.decode()
-    assert 'name="text"' in live_page and 'name="embedding"' not in live_page
+    # Memory is read-only in the admin: corrections go through the domain (validation, history, re-embedding).
+    assert "editor is Neovim" in live_page and 'name="text"' not in live_page and 'name="embedding"' not in live_page
     assert 'name="text"' not in old_page and 'name="kind"' not in old_page
     assert client.get("/admin/memoryapp/memoryfact/add/").status_code == 403

@@ -203,6 +203,8 @@ ALLOWED_PERMISSION_MODULES = {
     "forgetting.py": "who may restore an expired fact: staff, its owner, or an admin of its org",
     "orgs.py": "org admin checks and role changes (membership rows)",
     "portal.py": "never signs in staff through a link (user flags)",
+    "people.py": "who operates an org: staff, superuser, password, admin role (user flags, membership role)",
+    "pages/auth.py": "the admin's sign-in goes through /login/; staff only (user flag)",
     "pages/me/views.py": "sends staff to the console (user flag)",
     "pages/orgs/views.py": "org admin pages (membership role)",
     "pages/console/views.py": "staff_member_required on every console view",
@@ -325,9 +327,8 @@ def test_a_fact_claiming_authority_changes_no_permission_anywhere(org, make_user
     assert _permissions_of(person) == before
     client = Client()
     client.force_login(person)
-    console = client.get("/console/")
-    assert console.status_code == 302 and "/login/" in console["Location"]
-    assert client.get("/console/health/").status_code == 302
+    assert client.get("/console/").status_code == 403  # signed in, not staff: refused, no login loop
+    assert client.get("/console/health/").status_code == 403
     assert client.get(f"/orgs/{org.slug}/keys/").status_code == 403  # still a plain member
     assert client.get(f"/orgs/{org.slug}/members/").status_code == 200
     assert not Turn.objects.filter(session=live_session).exists()

@@ -1,5 +1,6 @@
 """The API's one error shape: {"error": {"code", "message", "field"}} with a 4xx (or 503) status."""
 
+from django.http import JsonResponse
 from ninja import Schema
 
 
@@ -24,3 +25,8 @@ ERRORS = {
     **{code: ErrorOut for code in (400, 401, 404, 409, 413, 422, 429)},
     503: ErrorOut,  # the database is unavailable: nothing was stored, retry
 }
+
+
+def error_json(status, code, message, field=None):
+    """The error shape as a plain Django response, for errors raised before the API itself runs."""
+    return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)

@@ -36,8 +36,12 @@ def _clean_content(content, index):
         raise ApiError(422, "invalid", f"{field}: NUL characters are not allowed", field)
     if not content.strip():
         raise ApiError(422, "empty_turn", f"{field}: a turn cannot be empty", field)
+    try:
+        size = len(content.encode())
+    except UnicodeEncodeError:  # a lone UTF-16 surrogate such as "\ud800" decodes from JSON but is not text
+        raise ApiError(422, "invalid", f"{field}: not valid Unicode text (a lone surrogate)", field) from None
     limit = settings.MEMORY["MAX_TURN_BYTES"]
-    if len(content.encode()) > limit:
+    if size > limit:
         raise ApiError(413, "turn_too_large", f"{field}: a turn is limited to {limit} bytes (UTF-8)", field)
     return content
 

@@ -25,7 +25,7 @@ class PortalOut(Schema):
     expires_at: datetime
 
 
-@router.post("/{user}/portal", response={200: PortalOut, **_errors(), 403: _errors()[404]})
+@router.post("/{user}/portal", response={200: PortalOut, **_errors()})
 def portal_link(request: HttpRequest, user: str):
     """A one-time sign-in link to the user's "My memory" pages, valid for a few minutes."""
 
@@ -33,7 +33,8 @@ def portal_link(request: HttpRequest, user: str):
     try:
         url, expires_at = portal.issue_link(person, base_url=request.build_absolute_uri("/"), org=request.org)
     except portal.NotAllowed as exc:
-        raise ApiError(403, "forbidden", str(exc)) from None
+        # 409: the person exists, but is not one an API key may sign in (see memoryapp.people).
+        raise ApiError(409, "conflict", str(exc)) from None
     return Status(200, {"url": url, "expires_at": expires_at})
 
 

@@ -22,6 +22,15 @@ def portal_path(api, external_id):
     return "/" + url.split("://", 1)[1].split("/", 1)[1]
 
 
+def open_portal(page, link, shot=None):
+    """Open a portal link as a person does: the page only asks; pressing Continue uses the link."""
+    page.goto(link)
+    page.get_by_role("heading", name="Open “My memory”").wait_for()
+    if shot:
+        screenshot(page, shot)
+    page.get_by_role("button", name="Continue").click()
+
+
 def fact_item(page, text):
     return page.locator("li.fact", has_text=text)
 
@@ -31,9 +40,17 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
     seed_memory(org, person, scripted, travel)
     link = portal_path(api, "customer-42")
 
-    # portal link -> My memory
-    page.goto(link)
+    # portal link -> Continue -> My memory
+    open_portal(page, link, shot=f"{prefix}-portal-continue")
+    page.get_by_role("heading", name="My memory").wait_for()
     assert page.url.endswith("/me/")
+    # a portal sign-in reaches My memory only
+    response = page.goto("/orgs/")
+    assert response.status == 403
+    page.get_by_role("heading", name="This sign-in only opens your memory").wait_for()
+    screenshot(page, f"{prefix}-portal-only")
+    page.get_by_role("link", name="Go to My memory").click()
+    page.get_by_role("heading", name="My memory").wait_for()
     page.get_by_role("heading", name="My memory").wait_for()
     headings = page.locator(".kind-group h2").all_inner_texts()
     assert [h.split()[0] for h in headings] == ["Constraints", "About", "Preferences", "Goals"]
@@ -141,7 +158,7 @@ def test_account_flow_with_javascript(page, api, org, scripted, travel):
 
     # someone new sees the empty state
     sessions.get_or_create_user(org, "customer-7")
-    page.goto(portal_path(api, "customer-7"))
+    open_portal(page, portal_path(api, "customer-7"))
     page.get_by_text("Nothing remembered yet.").wait_for()
     screenshot(page, "account-empty")
 

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from memoryapp import extraction, orgs, sessions
-from memoryapp.models import Membership, MemoryFact, OrgFactProposal
+from memoryapp.models import Invitation, Membership, MemoryFact, OrgFactProposal
 from tests.conftest import login, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -35,15 +35,23 @@ def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, te
     login(page, "alice")
     page.goto(f"/orgs/{org.slug}/members/")
     expect(page.get_by_role("heading", name="Members (2)")).to_be_visible()
-    page.get_by_label("Username, or email address to invite someone new").fill("erin")
-    page.locator("#members form.card").get_by_role("button", name="Add").click()
-    expect(page.get_by_role("status")).to_contain_text("Added erin as member.")
-    expect(page.get_by_role("heading", name="Members (3)")).to_be_visible()
-    page.get_by_label("Username, or email address to invite someone new").fill("newcomer@acme.test")
-    page.locator("#members form.card").get_by_role("button", name="Add").click()
-    expect(page.get_by_role("status")).to_contain_text("Invited newcomer@acme.test")
+    page.get_by_label("Who it is for (a note for you, optional)").fill("Erin from support")
+    page.get_by_role("button", name="Create invitation link").click()
+    link = page.get_by_label("Link", exact=True).input_value()
+    assert "/join/" in link
+    expect(page.locator("#invitation-" + str(Invitation.objects.get().id))).to_contain_text("Erin from support")
     screenshot(page, "org-members-admin")
+    # Erin, signed in elsewhere, opens the link and accepts with her own account (her consent).
+    erin_page = page.context.browser.new_context(base_url=page.url.split("/orgs/")[0]).new_page()
+    login(erin_page, "erin")
+    erin_page.goto(link)
+    screenshot(erin_page, "org-join-signed-in")
+    erin_page.get_by_role("button", name="Accept as erin").click()
+    expect(erin_page.get_by_role("status")).to_contain_text("You joined Acme as member.")
+    erin_page.context.close()
     assert Membership.objects.filter(org=org, user__username="erin").exists()
+    page.reload()
+    expect(page.get_by_role("heading", name="Members (3)")).to_be_visible()
 
     page.get_by_role("link", name=re.compile("Proposed facts")).click()
     proposal = page.locator("li.proposal")
@@ -120,5 +128,26 @@ def test_admin_pages_work_without_javascript(page_nojs, org, team):
     page.get_by_role("button", name="Create key").click()
     key = page.get_by_label("Key", exact=True).input_value()
     assert sessions.authenticate_key(key).name == "Batch job"
-    page.reload()
+    page.goto(f"/orgs/{org.slug}/keys/")
     expect(page.get_by_label("Key", exact=True)).to_have_count(0)  # shown once
+
+    # Invite someone new, who makes their own account from the link (no JavaScript either side).
+    page.goto(f"/orgs/{org.slug}/members/")
+    page.get_by_role("button", name="Create invitation link").click()
+    link = page.get_by_label("Link", exact=True).input_value()
+    newcomer = page.context.browser.new_context(
+        base_url=page.url.split("/orgs/")[0], java_script_enabled=False
+    ).new_page()
+    newcomer.goto(link)
+    newcomer.get_by_label("Username").fill("nadia")
+    newcomer.get_by_label("Password", exact=True).fill("a long passphrase 42")
+    newcomer.get_by_label("Password confirmation").fill("a long passphrase 42")
+    screenshot(newcomer, "org-join-new-account")
+    newcomer.get_by_role("button", name="Create my account and join").click()
+    expect(newcomer.get_by_role("status")).to_contain_text("You joined Acme as member.")
+    newcomer.context.close()
+    assert Membership.objects.get(org=org, user__username="nadia").role == "member"
+    # A second invitation, revoked before use.
+    page.get_by_role("button", name="Create invitation link").click()
+    page.locator("table.invitations").get_by_role("button", name=re.compile("^Revoke")).click()
+    expect(page.get_by_role("status")).to_contain_text("Invitation revoked.")

@@ -29,7 +29,10 @@ class Command(BaseCommand):
             )
             if answer.strip().lower() != "erase":
                 raise CommandError("Not erased.")
-        receipt = erasure.erase_user(user, requested_via="command")
+        try:
+            receipt = erasure.erase_user(user, requested_via="command")
+        except erasure.ErasureRefused as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"Erased. Receipt {receipt.id}:"))
         self.stdout.write(json.dumps(erasure.receipt_json(receipt), indent=2))
 

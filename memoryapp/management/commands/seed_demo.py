@@ -41,8 +41,10 @@ class Command(BaseCommand):
         Membership.objects.get_or_create(user=demo, org=org, defaults={"role": Membership.Role.ADMIN})
         ExternalIdentity.objects.get_or_create(org=org, external_id="demo-user", defaults={"user": demo})
         staff, _ = User.objects.get_or_create(username="staff", defaults={"email": "staff@example.com"})
+        # Staff, not a superuser: the support console needs is_staff and nothing else, and the
+        # admin shows it no model (memory there is read-only and logged anyway).
         staff.is_staff = True
-        staff.is_superuser = True
+        staff.is_superuser = False
         staff.set_password(STAFF_PASSWORD)
         staff.save()
 
@@ -63,11 +65,15 @@ class Command(BaseCommand):
                     origin=MemoryFact.Origin.ORG_ADMIN,
                     added_by=demo,
                 )
+        # Someone the agent remembers who never signs in: the API may issue them portal links.
+        # (demo-user is the org's admin, who signs in with a password; the API refuses links for them.)
+        sessions.get_or_create_user(org, "demo-customer")
         _, key = sessions.create_api_key(org, "demo agent")
         self.stdout.write(
             "\nDemo data is ready.\n"
             f"  End user (also org admin): username demo   password {DEMO_PASSWORD}\n"
             f"  Staff (support console):   username staff  password {STAFF_PASSWORD}\n"
             f"  API key for the demo org:  {key}\n"
+            "  Portal links: POST /api/v1/users/demo-customer/portal (an end user with no password)\n"
             "  Sign in at http://127.0.0.1:8000/login/\n"
         )

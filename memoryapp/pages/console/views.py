@@ -1,5 +1,6 @@
 """Support console pages for staff: find, provenance, health, poisoning, quality, access and forgetting."""
 
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -7,6 +8,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, prefetch_related_objects
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,7 +27,20 @@ from memoryapp.models import (
     Turn,
 )
 
-staff_only = staff_member_required(login_url="login")
+
+def staff_only(view):
+    """Staff only: signed-out visitors go to sign in; anyone else signed in gets 403 (never a login loop)."""
+    guarded = staff_member_required(view, login_url="login")
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.user.is_authenticated and not (request.user.is_active and request.user.is_staff):
+            raise PermissionDenied("The support console is for support staff only.")
+        return guarded(request, *args, **kwargs)
+
+    return wrapped
+
+
 PER_PAGE = 25
 BACKENDS = ("anthropic", "offline", "scripted")
 

@@ -17,7 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from memoryapp import clock, erasure, portal, support_access, writing
+from memoryapp import clock, erasure, people, portal, support_access, writing
 from memoryapp import export as exporting
 from memoryapp.models import (
     AgentSession,
@@ -63,6 +63,7 @@ RECEIPT_LABELS = {
     "memory_settings": "memory switch",
     "external_ids": "assistant identities",
     "memberships": "organisation memberships",
+    "invitations": "organisation invitations you accepted",
     "org_proposals": "suggestions for your organisation",
     "org_facts_unlinked": "organisation facts unlinked from you",
     "admin_log_entries": "admin log entries",
@@ -130,15 +131,24 @@ def home(request):
     return redirect("me:memory")
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
 @never_cache
 def portal_link(request, token):
-    """Sign in through a one-time link from the assistant; a used or expired link gets a clear page."""
+    """A one-time link from the assistant: GET only shows a Continue button, POST uses the link.
+
+    Link previewers and mail scanners only GET, so they cannot burn it. The session it starts is
+    memory-only (see memoryapp.middleware.PortalSessionMiddleware) and ends when the browser closes.
+    """
     try:
+        if request.method == "GET":
+            portal.check(token)
+            idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
+            return render(request, "me/portal_continue.html", {"token": token, "idle_minutes": idle})
         user = portal.redeem(token)
     except portal.PortalError as exc:
         return render(request, "me/portal_invalid.html", {"message": exc.message}, status=exc.status)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    people.start_portal_session(request)
     return redirect("me:memory")
 
 
@@ -438,9 +448,13 @@ def erase(request):
     """Erase every trace of my memory and my account, behind a typed confirmation."""
     form = EraseForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        receipt = erasure.erase_user(request.user, requested_via="self")
-        logout(request)
-        return redirect("me:erased", receipt_id=receipt.id)
+        try:
+            receipt = erasure.erase_user(request.user, requested_via="self")
+        except erasure.ErasureRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            logout(request)
+            return redirect("me:erased", receipt_id=receipt.id)
     facts = MemoryFact.objects.for_user(request.user).count()
     sessions = AgentSession.objects.for_user(request.user).count()
     status = 400 if form.is_bound and not form.is_valid() else 200

@@ -8,17 +8,21 @@ import functools
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, retarget
 
-from memoryapp import orgs
-from memoryapp.models import FACT_MAX_CHARS, ApiKey, Kind, Membership, MemoryFact, OrgFactProposal
+from memoryapp import orgs, ratelimit
+from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Kind, Membership, MemoryFact, OrgFactProposal
 from memoryapp.writing import FactRejected
 
-NEW_KEY_SESSION = "org_new_api_key"
+JOIN_RATE_PER_MINUTE = 20  # per client address: new-account attempts on an invitation page
 
 
 class FactForm(forms.Form):
@@ -32,9 +36,17 @@ class FactForm(forms.Form):
     kind = forms.ChoiceField(choices=Kind.choices, error_messages={"invalid_choice": "Choose a kind from the list."})
 
 
-class MemberForm(forms.Form):
-    who = forms.CharField(max_length=254, error_messages={"required": "Enter a username or an email address."})
-    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+class InviteForm(forms.Form):
+    role = forms.ChoiceField(
+        choices=Membership.Role.choices,
+        initial=Membership.Role.MEMBER,
+        error_messages={"invalid_choice": "Choose a role: admin or member.", "required": "Choose a role."},
+    )
+    note = forms.CharField(
+        max_length=orgs.INVITATION_NOTE_MAX,
+        required=False,
+        error_messages={"max_length": f"A note is at most {orgs.INVITATION_NOTE_MAX} characters."},
+    )
 
 
 # --- ownership: one helper per object type, 404 to anyone else -------------------------------
@@ -54,6 +66,10 @@ def _proposal(org, proposal_id):
     return get_object_or_404(
         OrgFactProposal.objects.select_related("org"), org=org, id=proposal_id, status=OrgFactProposal.Status.PENDING
     )
+
+
+def _invitation(org, invitation_id):
+    return get_object_or_404(Invitation.objects.filter(org=org).pending(), id=invitation_id)
 
 
 def _member(org, membership_id):
@@ -283,6 +299,7 @@ def _render_members(request, org, membership, status=200, **extra):
         "membership": membership,
         "tab": "members",
         "members": orgs.members(org),
+        "invitations": orgs.pending_invitations(org) if membership.role == Membership.Role.ADMIN else [],
         "roles": sorted(Membership.Role.choices, key=lambda c: c[0] != Membership.Role.MEMBER),  # safer default first
         **_nav(org, membership),
         **extra,
@@ -300,26 +317,31 @@ def members(request, slug):
 @require_POST
 @login_required
 @_admin
-def member_add(request, org, membership):
-    form = MemberForm(request.POST)
-    if form.is_valid():
-        try:
-            added = orgs.add_member(org, form.cleaned_data["who"], form.cleaned_data["role"])
-        except orgs.OrgError as exc:
-            form.add_error("who", str(exc))
-        else:
-            user = added.membership.user
-            if added.invited:
-                notice = (
-                    f"Invited {user.email} as {added.membership.role}: their account “{user.username}” "
-                    "has no password yet."
-                )
-            else:
-                notice = f"Added {user.username} as {added.membership.role}."
-            return _done(
-                request, "org-members", org, notice, lambda n: _render_members(request, org, membership, notice=n)
-            )
-    return _render_members(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+def invitation_create(request, org, membership):
+    form = InviteForm(request.POST)
+    if not form.is_valid():
+        return _render_members(request, org, membership, status=200 if request.htmx else 400, invite_form=form)
+    invitation, token = orgs.invite(org, request.user, form.cleaned_data["role"], form.cleaned_data["note"])
+    # The link is shown once, in this response only: never stored and never cached.
+    link = request.build_absolute_uri(reverse("org-join", args=[token]))
+    response = _render_members(request, org, membership, new_invitation={"invitation": invitation, "link": link})
+    add_never_cache_headers(response)
+    return response
+
+
+@require_POST
+@login_required
+@_admin
+def invitation_revoke(request, org, membership, invitation_id):
+    invitation = _invitation(org, invitation_id)
+    orgs.revoke_invitation(invitation)
+    return _done(
+        request,
+        "org-members",
+        org,
+        "Invitation revoked. Its link no longer works.",
+        lambda n: _render_members(request, org, membership, notice=n),
+    )
 
 
 @require_POST
@@ -409,11 +431,7 @@ def _render_keys(request, org, membership, status=200, **extra):
 @login_required
 @_admin
 def keys(request, org, membership):
-    # The new key travels once through the session after the POST, then is gone.
-    new_key = request.session.pop(NEW_KEY_SESSION, None)
-    if new_key and new_key.get("org") != org.id:
-        new_key = None
-    return _render_keys(request, org, membership, new_key=new_key)
+    return _render_keys(request, org, membership)
 
 
 @require_POST
@@ -431,11 +449,10 @@ def key_create(request, org, membership):
             key_error=str(exc),
             name=request.POST.get("name", ""),
         )
-    new_key = {"org": org.id, "name": api_key.name, "key": secret}
-    if request.htmx:
-        return _render_keys(request, org, membership, new_key=new_key)
-    request.session[NEW_KEY_SESSION] = new_key
-    return redirect("org-keys", slug=org.slug)
+    # Shown once, in this response only: never stored (not even in the session) and never cached.
+    response = _render_keys(request, org, membership, new_key={"name": api_key.name, "key": secret})
+    add_never_cache_headers(response)
+    return response
 
 
 @require_POST
@@ -469,3 +486,47 @@ def delete(request, org, membership):
         error = f"Type {org.slug} exactly to confirm."
     context = {"org": org, "membership": membership, "tab": "delete", "error": error, **_nav(org, membership)}
     return render(request, "orgs/delete.html", context, status=400 if error else 200)
+
+
+# --- joining through an invitation --------------------------------------------------------------
+
+
+def _join_page(request, invitation, token, form=None, error=None, status=200):
+    context = {"invitation": invitation, "token": token, "form": form or UserCreationForm(), "error": error}
+    return render(request, "orgs/join.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@never_cache
+def join(request, invite_token):
+    """Open an invitation: a signed-in person accepts with their account; anyone else makes their own.
+
+    GET only shows the invitation, so link previewers cannot use it up.
+    """
+    token = invite_token
+    try:
+        invitation = orgs.invitation_for(token)
+    except orgs.OrgError as exc:
+        return render(request, "orgs/join_invalid.html", {"message": str(exc)}, status=410)
+    if request.method == "GET":
+        return _join_page(request, invitation, token)
+    allowed, retry_after = ratelimit.hit(f"join-ip:{request.META.get('REMOTE_ADDR', '')}", JOIN_RATE_PER_MINUTE)
+    if not allowed:
+        message = f"Too many attempts from here; try again in {retry_after} s."
+        return _join_page(request, invitation, token, error=message, status=429)
+    form = None
+    try:
+        if request.user.is_authenticated:
+            orgs.accept_invitation(token, request.user)
+        else:
+            form = UserCreationForm(request.POST)
+            if not form.is_valid():
+                return _join_page(request, invitation, token, form=form, status=400)
+            membership = orgs.join_with_new_account(
+                token, form.cleaned_data["username"], form.cleaned_data["password1"]
+            )
+            login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+    except orgs.OrgError as exc:
+        return _join_page(request, invitation, token, form=form, error=str(exc), status=400)
+    messages.success(request, f"You joined {invitation.org.name} as {invitation.role}.")
+    return redirect("org-memory", slug=invitation.org.slug)
