@@ -25,6 +25,12 @@ DB_NAME = "memoryapp"
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
+def local_secret_key():
+    """The key in .data/secret_key (written by scripts/secret_key), or None; reading only."""
+    path = DATA_DIR / "secret_key"
+    return path.read_text().strip() or None if path.is_file() else None
+
+
 def _version_tuple(text):
     return tuple(int(p) for p in text.split(".")[:2])
 

@@ -30,7 +30,8 @@ def env_float(name, default):
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env("SECRET_KEY")
+# The environment, else this checkout's own random key that `make run` / `make test` generate.
+SECRET_KEY = env("SECRET_KEY") or db.local_secret_key()
 if not SECRET_KEY:
     if not DEBUG:
         # Why: a fallback key in the source would sign everyone's sessions and links, and would

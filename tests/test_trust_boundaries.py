@@ -84,8 +84,9 @@ def test_who_operates_an_org(org, make_user):
 # --- SECRET_KEY -----------------------------------------------------------------------------------
 
 
-def _start(env_overrides):
+def _start(env_overrides, data_dir):
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    env["MEMORYAPP_DATA_DIR"] = str(data_dir)
     env.update(env_overrides, DJANGO_SETTINGS_MODULE="memoryapp.settings")
     code = (
         "import django, hashlib; django.setup(); from django.conf import settings; "
@@ -94,14 +95,21 @@ def _start(env_overrides):
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
-def test_without_a_secret_key_the_service_refuses_to_start():
-    result = _start({"DEBUG": "0"})
+def test_a_checkouts_generated_key_file_is_used_when_the_environment_has_none(tmp_path):
+    (tmp_path / "secret_key").write_text("k" * 50 + "\n")
+    result = _start({"DEBUG": "0"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "50"
+
+
+def test_without_a_secret_key_the_service_refuses_to_start(tmp_path):
+    result = _start({"DEBUG": "0"}, tmp_path)
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr and "SECRET_KEY is not set" in result.stderr
 
 
-def test_with_debug_on_and_no_key_each_process_gets_its_own_random_key():
-    first, second = _start({"DEBUG": "1"}), _start({"DEBUG": "1"})
+def test_with_debug_on_and_no_key_each_process_gets_its_own_random_key(tmp_path):
+    first, second = _start({"DEBUG": "1"}, tmp_path), _start({"DEBUG": "1"}, tmp_path)
     assert first.returncode == 0 and second.returncode == 0, first.stderr
     length, digest = first.stdout.split()
     assert int(length) >= 50 and digest != second.stdout.split()[1]  # never one known, shared value

@@ -22,7 +22,7 @@ def unmark_unreadable(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memoryapp", "0003_fact_search_vector"),
+        ("memoryapp", "0004_trust_invitation"),
     ]
 
     operations = [
