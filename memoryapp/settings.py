@@ -171,13 +171,29 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- models ---------------------------------------------------------------
 ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
-# anthropic | offline; empty means anthropic when a key is set, else offline. Tests and the
+# anthropic | openai | offline; empty means anthropic when a key is set, else offline. Tests and the
 # scenario harness put a backend instance here through override_settings.
 EXTRACTION_BACKEND = env("EXTRACTION_BACKEND", "")
 ANTHROPIC_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
 ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
+# Any server speaking OpenAI's chat-completions API: OpenAI itself, or Ollama, vLLM, llama.cpp's
+# server, LM Studio on-prem (OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama).
+OPENAI_BASE_URL = env("OPENAI_BASE_URL") or None  # None: api.openai.com
+OPENAI_API_KEY = env("OPENAI_API_KEY")
+OPENAI_MODEL = env("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_TIMEOUT = env_float("OPENAI_TIMEOUT", 60.0)
+OPENAI_MAX_RETRIES = env_int("OPENAI_MAX_RETRIES", 3)
+OPENAI_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
+# USD per million tokens; 0 for a local model. Cached input is the share of the prompt the server
+# reports as served from its prompt cache.
+OPENAI_PRICE_PER_MTOK = {
+    "input": env("OPENAI_PRICE_INPUT_PER_MTOK", "0"),
+    "output": env("OPENAI_PRICE_OUTPUT_PER_MTOK", "0"),
+    "cache_read": env("OPENAI_PRICE_CACHED_INPUT_PER_MTOK", "0"),
+    "cache_write": "0",
+}
 EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
 VOYAGE_API_KEY = env("VOYAGE_API_KEY")
 VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
@@ -186,7 +202,14 @@ VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
 MEMORY = {
     "RECALL_CAP": env_int("MEMORY_RECALL_CAP", 20),
     "TIER1_LIMIT": env_int("MEMORY_TIER1_LIMIT", 12),
+    # Tier 1 quota per kind, in this order (constraints first: they must always reach the model).
+    "TIER1_KINDS": {
+        "constraint": env_int("MEMORY_TIER1_CONSTRAINTS", 12),
+        "profile": env_int("MEMORY_TIER1_PROFILES", 12),
+    },
+    "TIER1_ORDER": env("MEMORY_TIER1_ORDER", "recent"),  # confirmations | recent, inside each kind
     "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 8),
+    "RECALL_LEXICAL": env_bool("MEMORY_RECALL_LEXICAL", True),  # tier 2 fuses full-text rank with cosine
     "ORG_LIMIT": env_int("MEMORY_ORG_LIMIT", 8),
     "NEIGHBOUR_LIMIT": env_int("MEMORY_NEIGHBOUR_LIMIT", 5),
     # Floors per embedding backend; None means "use the calibrated default".
