@@ -48,6 +48,12 @@ VARIANTS = {
         "TIER1_LIMIT": 12,
         "TIER2_LIMIT": 8,
     },
+    "constraints + 2 profile": {
+        "TIER1_KINDS": {"constraint": 12, "profile": 2},
+        "TIER1_ORDER": "confirmations",
+        "TIER1_LIMIT": 12,
+        "TIER2_LIMIT": 20,
+    },
     "constraints + 4 profile": {
         "TIER1_KINDS": {"constraint": 12, "profile": 4},
         "TIER1_ORDER": "confirmations",
@@ -60,17 +66,31 @@ VARIANTS = {
         "TIER1_LIMIT": 12,
         "TIER2_LIMIT": 20,
     },
-    "constraints only, vector": {
+    "constraints only / vector": {
         "TIER1_KINDS": {"constraint": 12},
         "TIER1_ORDER": "confirmations",
         "TIER1_LIMIT": 12,
         "TIER2_LIMIT": 20,
         "RECALL_LEXICAL": False,
     },
+    "constraints + 4 profile / no floor": {
+        "TIER1_KINDS": {"constraint": 12, "profile": 4},
+        "TIER1_ORDER": "confirmations",
+        "TIER1_LIMIT": 12,
+        "TIER2_LIMIT": 20,
+        "RECALL_FLOOR": NO_FLOOR,
+    },
+    "constraints only / no floor": {
+        "TIER1_KINDS": {"constraint": 12},
+        "TIER1_ORDER": "confirmations",
+        "TIER1_LIMIT": 12,
+        "TIER2_LIMIT": 20,
+        "RECALL_FLOOR": NO_FLOOR,
+    },
     # Plain top-20 by cosine, no floor, no tier 1: the yardstick, not a product choice (it can drop
     # a constraint).
-    "plain top-20": {"TIER1_LIMIT": 0, "TIER2_LIMIT": 20, "RECALL_LEXICAL": False, "RECALL_FLOOR": NO_FLOOR},
-    "plain top-20, no floor, hybrid": {"TIER1_LIMIT": 0, "TIER2_LIMIT": 20, "RECALL_FLOOR": NO_FLOOR},
+    "plain top-20 vector": {"TIER1_LIMIT": 0, "TIER2_LIMIT": 20, "RECALL_LEXICAL": False, "RECALL_FLOOR": NO_FLOOR},
+    "plain top-20 hybrid": {"TIER1_LIMIT": 0, "TIER2_LIMIT": 20, "RECALL_FLOOR": NO_FLOOR},
 }
 
 

@@ -201,14 +201,17 @@ VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
 # --- memory knobs (seed defaults; floors calibrated per embedding model) ---
 MEMORY = {
     "RECALL_CAP": env_int("MEMORY_RECALL_CAP", 20),
+    # Tier 1 (always on) is a quota per kind, in this order: every constraint first (up to 12, they
+    # must always reach the model), then the few most-confirmed profile facts. Other profile facts
+    # compete in tier 2 by similarity, which fills the rest of the cap. Chosen on LoCoMo's dev split
+    # over "12 most recent constraint/profile facts + 8 similar" (docs/benchmarks.md).
     "TIER1_LIMIT": env_int("MEMORY_TIER1_LIMIT", 12),
-    # Tier 1 quota per kind, in this order (constraints first: they must always reach the model).
     "TIER1_KINDS": {
         "constraint": env_int("MEMORY_TIER1_CONSTRAINTS", 12),
-        "profile": env_int("MEMORY_TIER1_PROFILES", 12),
+        "profile": env_int("MEMORY_TIER1_PROFILES", 2),
     },
-    "TIER1_ORDER": env("MEMORY_TIER1_ORDER", "recent"),  # confirmations | recent, inside each kind
-    "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 8),
+    "TIER1_ORDER": env("MEMORY_TIER1_ORDER", "confirmations"),  # confirmations | recent, inside each kind
+    "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 20),
     "RECALL_LEXICAL": env_bool("MEMORY_RECALL_LEXICAL", True),  # tier 2 fuses full-text rank with cosine
     "ORG_LIMIT": env_int("MEMORY_ORG_LIMIT", 8),
     "NEIGHBOUR_LIMIT": env_int("MEMORY_NEIGHBOUR_LIMIT", 5),

@@ -109,7 +109,7 @@ def test_bench_locomo_observations_rank_through_production_recall(tmp_path):
     assert "embedding observations" in err
     data = json.loads(out_path.read_text())
     assert data["mode"] == "observations" and data["facts"] == 4 and data["questions"] == 5
-    top = data["summary"]["plain top-20"]
+    top = data["summary"]["plain top-20 vector"]
     assert top["overall 1-4"]["evidence_found"] == 1.0  # four facts, all in a block of 20
     nothing_left("bench-locomo")
 
