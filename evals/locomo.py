@@ -94,6 +94,9 @@ VARIANTS = {
 }
 
 
+JUDGED_VARIANT = "production"  # the block an LLM judge answers from, when one is configured
+
+
 class DatasetMissing(FileNotFoundError):
     pass
 
@@ -182,7 +185,13 @@ def evaluate(questions, fact_dias, variants, progress=None):
     vectors = embeddings.embed_many([q["question"] for q in questions]) if questions else []
     rows = []
     for q, vec in zip(questions, vectors, strict=True):
-        row = {"category": q["category"], "n_evidence": len(q["evidence"]), "variants": {}}
+        row = {
+            "category": q["category"],
+            "question": q["question"],
+            "answer": q["answer"],
+            "n_evidence": len(q["evidence"]),
+            "variants": {},
+        }
         for name, overrides in variants.items():
             with override_settings(MEMORY=memory_with(overrides)):
                 chosen = []
@@ -191,6 +200,8 @@ def evaluate(questions, fact_dias, variants, progress=None):
             found = set()
             for s in chosen:
                 found |= fact_dias.get(s.fact.id, set()) & q["evidence"]
+            if name == JUDGED_VARIANT:
+                row["block"] = recall.render(recall.in_block_order(chosen))
             row["variants"][name] = {
                 "hit": bool(found),
                 "coverage": len(found) / len(q["evidence"]) if q["evidence"] else None,

@@ -4,11 +4,13 @@ nothing left behind in the database."""
 import io
 import json
 
+import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from bench import loadgen
+from evals import judge
 from evals import locomo as lb
 from memoryapp.models import AgentSession, MemoryFact, Organization
 
@@ -74,8 +76,14 @@ def tiny_locomo(tmp_path):
     return path
 
 
+@pytest.fixture
+def no_model(settings):
+    settings.ANTHROPIC_API_KEY = ""
+    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = None
+
+
 @pytest.mark.django_db
-def test_bench_locomo_pipeline_smoke_through_the_production_code(tmp_path):
+def test_bench_locomo_pipeline_smoke_through_the_production_code(tmp_path, no_model):
     out_path = tmp_path / "pipeline.json"
     out, err = run(
         "bench_locomo", "--pipeline", "--smoke", "--data", str(tiny_locomo(tmp_path)), "--json", str(out_path)
@@ -101,7 +109,7 @@ def test_bench_locomo_pipeline_smoke_through_the_production_code(tmp_path):
 
 
 @pytest.mark.django_db
-def test_bench_locomo_observations_rank_through_production_recall(tmp_path):
+def test_bench_locomo_observations_rank_through_production_recall(tmp_path, no_model):
     out_path = tmp_path / "observations.json"
     out, err = run(
         "bench_locomo", "--data", str(tiny_locomo(tmp_path)), "--conversations", "1", "--json", str(out_path)
@@ -112,6 +120,61 @@ def test_bench_locomo_observations_rank_through_production_recall(tmp_path):
     top = data["summary"]["plain top-20 vector"]
     assert top["overall 1-4"]["evidence_found"] == 1.0  # four facts, all in a block of 20
     nothing_left("bench-locomo")
+
+
+KEYWORDS = {"Where does Ana live?": "Porto", "What is Ana's job?": "nurse", "What does Ben paint?": "landscapes"}
+
+
+def fake_claude(request):
+    """Answers from the notes it is sent (a keyword per question) and grades by substring."""
+    body = json.loads(request.content)
+    system, content = body["system"][0]["text"], body["messages"][0]["content"]
+    if system == judge.ANSWER_SYSTEM:
+        question = content.rsplit("Question: ", 1)[1]
+        word = KEYWORDS.get(question, "")
+        text = word if word and word in content.split("Question: ")[0] else "unknown"
+    else:
+        gold = content.split("Gold answer: ")[1].split("\n")[0]
+        answer = content.split("\nAnswer: ")[1]
+        text = json.dumps({"correct": answer.lower() in gold.lower()})
+    usage = {"input_tokens": 100, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    return httpx2.Response(
+        200,
+        json={
+            "id": "msg",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-haiku-4-5-20251001",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    )
+
+
+@pytest.mark.django_db
+def test_bench_locomo_judges_answers_from_the_block_where_a_key_exists(tmp_path, settings):
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    settings.ANTHROPIC_HTTP_CLIENT = httpx2.Client(transport=httpx2.MockTransport(fake_claude))
+    out_path = tmp_path / "judged.json"
+    out, _ = run(
+        "bench_locomo",
+        "--pipeline",
+        "--backend",
+        "offline",
+        "--variants",
+        "production",
+        "--data",
+        str(tiny_locomo(tmp_path)),
+        "--json",
+        str(out_path),
+    )
+    qa = json.loads(out_path.read_text())["qa_accuracy"]
+    # Porto, nurse and landscapes are in the blocks; the move's date is in no fact, so that one fails.
+    assert (qa["provider"], qa["n"], qa["accuracy"], qa["model_failures"]) == ("anthropic", 4, 0.75, 0)
+    assert qa["input_tokens"] == 8 * 100 and qa["cost_usd"] > 0
+    assert "QA accuracy (LLM judge, anthropic): 75.0 % of 4" in out
 
 
 def test_missing_dataset_says_where_to_put_it(tmp_path):

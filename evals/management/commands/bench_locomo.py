@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from bench import common as benchmarks
+from evals import judge
 from evals import locomo as lb
 from evals import locomo_pipeline as pipeline
 from memoryapp.backends import BACKENDS
@@ -32,6 +33,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--variants",
             help=f"comma-separated recall variants (default: all of {', '.join(lb.VARIANTS)})",
+        )
+        parser.add_argument(
+            "--judge",
+            choices=("auto", "off"),
+            default="auto",
+            help="QA accuracy by an LLM judge on the production block: auto = when a model key or endpoint is set",
         )
         parser.add_argument("--keep", action="store_true", help="keep the users and facts written")
         parser.add_argument("--json", dest="json_path", help="write the results here")
@@ -119,11 +126,25 @@ class Command(BaseCommand):
             "questions": len(rows),
             "answerable": ceiling,
             "summary": lb.summarise(rows, variants),
-            "qa_accuracy": None,
-            "qa_accuracy_note": (
-                "LLM-judged QA accuracy is not measured by this command (it would need a model key "
-                f"for answering and judging); mem0 publishes {lb.MEM0_JUDGE_ACCURACY}."
-            ),
+            **self._judge(rows, o, err),
+        }
+
+    def _judge(self, rows, o, err):
+        """LLM-judged QA accuracy (categories 1-4) where a model is configured; otherwise say why not."""
+        provider = judge.available() if o["judge"] == "auto" else None
+        if provider is None:
+            why = "--judge off" if o["judge"] == "off" else "no ANTHROPIC_API_KEY or OPENAI_BASE_URL/OPENAI_API_KEY"
+            return {
+                "qa_accuracy": None,
+                "qa_accuracy_note": f"not measured ({why}); mem0 publishes {lb.MEM0_JUDGE_ACCURACY}",
+            }
+        if not any("block" in r for r in rows):
+            return {"qa_accuracy": None, "qa_accuracy_note": f"not measured (variant {lb.JUDGED_VARIANT!r} not run)"}
+        items = [(r["question"], str(r["answer"]), r["block"]) for r in rows if r["category"] != 5 and r["answer"]]
+        result = judge.accuracy(provider, items, benchmarks.Progress("judging", len(items), err))
+        return {
+            "qa_accuracy": result,
+            "qa_accuracy_note": f"{lb.JUDGED_VARIANT} block; mem0 publishes {lb.MEM0_JUDGE_ACCURACY}",
         }
 
     def _print(self, r):
@@ -154,7 +175,15 @@ class Command(BaseCommand):
         w("\nevidence found in the block (% of questions whose gold evidence is among its facts' source turns)\n")
         w(benchmarks.table(headers, rows) + "\n")
         if r["mode"] == "pipeline":
-            w(f"QA accuracy: not measured ({r['qa_accuracy_note']})\n")
+            qa = r["qa_accuracy"]
+            if qa is None:
+                w(f"QA accuracy: {r['qa_accuracy_note']}\n")
+            else:
+                w(
+                    f"QA accuracy (LLM judge, {qa['provider']}): {_pct(qa['accuracy'])} % of {qa['n']} "
+                    f"({r['qa_accuracy_note']}); {qa['input_tokens']:,} in / {qa['output_tokens']:,} out tokens, "
+                    f"${qa['cost_usd']:.4f}\n"
+                )
         w(f"{r['seconds']} s; mem0 uses {lb.MEM0_TOKENS:,} tokens per query\n")
 
 
