@@ -67,11 +67,12 @@ ORG_HYBRID = _HYBRID.format(name="org", owner="f.org_id = %(org)s AND f.scope = 
 # Tier 1 is a per-kind quota (TIER1_KINDS, constraints first so they always reach the model),
 # ranked inside each kind by confirmations (a fact the person keeps restating earns its slot) or
 # by recency; what misses the quota still competes in tier 2 by similarity. See docs/benchmarks.md
-# for the dev-split numbers behind the defaults.
+# for the dev-split numbers behind the defaults. The window runs over the user's live facts of the
+# tier-1 kinds only (fact_user_live_idx), without their vectors.
 SELECT_SQL = f"""
 WITH always AS (
     SELECT {_FACT_COLUMNS}, NULL::float8 AS distance, 'always' AS tier FROM (
-        SELECT f.*, k.cap, k.pos, row_number() OVER (
+        SELECT {_FACT_COLUMNS}, k.cap, k.pos, row_number() OVER (
             PARTITION BY f.kind ORDER BY CASE WHEN %(by_confirmations)s THEN f.confirmation_count ELSE 0 END DESC,
                 f.last_confirmed_at DESC, f.id
         ) AS kind_rank
