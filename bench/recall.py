@@ -24,7 +24,7 @@ from django.db import connections
 
 from bench import data as benchdata
 from memoryapp import clock, db, embeddings, recall
-from memoryapp.models import ALWAYS_ON_KINDS, AgentSession, Membership, MemoryFact, MemorySettings, Organization
+from memoryapp.models import AgentSession, Membership, MemoryFact, MemorySettings, Organization
 
 WARMUP = 30
 SUPERSEDED_SHARE = 0.05  # of generated facts, superseded (must never be recalled)
@@ -402,10 +402,13 @@ def expected_selection(data, user_index, vector, message):
     kinds = data.kinds[sentences]
     ids = [bytes(row) for row in data.ids[sl]]
     confirmed = data.confirmed[sl]
-    always_codes = {KIND_CODES.index(k) for k in ALWAYS_ON_KINDS}
-    always = sorted(
-        (i for i in range(len(ids)) if live[i] and kinds[i] in always_codes), key=lambda i: (-confirmed[i], ids[i])
-    )[: min(cap, memory["TIER1_LIMIT"])]
+    # Tier 1: a quota per kind, in the settings' order. Every benchmark fact has one confirmation,
+    # so "most confirmed first" and "most recent first" both rank by last_confirmed_at here.
+    always = []
+    for kind, quota in memory["TIER1_KINDS"].items():
+        members = [i for i in range(len(ids)) if live[i] and kinds[i] == KIND_CODES.index(kind)]
+        always.extend(sorted(members, key=lambda i: (-confirmed[i], ids[i]))[: max(0, quota)])
+    always = always[: min(cap, memory["TIER1_LIMIT"])]
     sims = data.vectors[sentences].astype(np.float64) @ vector.astype(np.float64)
     floor = embeddings.floor("recall")
     taken = set(always)

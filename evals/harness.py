@@ -8,18 +8,30 @@ users of its own, so nothing it does outlives it.
 """
 
 import json
+import re
 import secrets
 import statistics
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
 
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
 from django.test import override_settings
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from memoryapp import backends, clock, embeddings, erasure, extraction, recall, sessions, writing
 from memoryapp.models import KINDS, FactEvent, MemoryFact, Organization, OrgFactProposal
@@ -29,21 +41,255 @@ ROLES = ("user", "assistant", "tool")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 FORGET_MODES = ("log", "enforce")
 
-# Step type -> (required keys, optional keys) of its argument object.
-ACTION_KEYS = {
-    "correct": ({"user", "fact", "text", "kind"}, set()),
-    "delete": ({"user", "fact"}, set()),
-    "switch": ({"user", "memory"}, set()),
-    "erase": ({"user"}, set()),
-    "approve_org": ({"org", "fact"}, set()),
-}
-STEP_TYPES = ("session", "recall", "expect", "advance", "forget", *ACTION_KEYS)
-RECALL_EXPECT_KEYS = {"contains", "excludes", "max_facts", "empty"}
-USER_EXPECT_KEYS = {"user", "live", "superseded", "expired", "confirmations", "model_input_excludes", "org_live"}
-
 
 class ScenarioError(ValueError):
     """A scenario that does not follow the format; the message says where and why."""
+
+
+# --- the format, as pydantic models ---------------------------------------------------------
+# Strict: JSON types are taken as they are (no "3" for 3, no 1 for true); unknown keys are errors.
+
+
+def _not_blank(value):
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _user_name(value):
+    if not value.strip() or len(value) > 128 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("a user name is 1 to 128 printable characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_not_blank)]
+UserName = Annotated[str, AfterValidator(_user_name)]
+Count = Annotated[int, Field(ge=0)]
+OnOff = Literal["on", "off"]
+
+
+class _Format(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TurnSpec(_Format):
+    role: Literal[ROLES]
+    content: str  # may be empty
+
+
+class SessionSpec(_Format):
+    user: UserName
+    turns: list[TurnSpec]
+    memory: OnOff = "on"
+
+
+class ModelSpec(_Format):
+    """What the scripted model answers: the extraction answer (any JSON) and verdicts by substring."""
+
+    extract: Any = Field(...)  # required, any shape: malformed answers are what some scenarios test
+    verdicts: dict[Text, str] = {}
+
+    @field_validator("verdicts")
+    @classmethod
+    def _verdicts(cls, value):
+        for needle, verdict in value.items():
+            if verdict.upper() not in VERDICTS:
+                raise ValueError(f"[{needle!r}]: must be one of {', '.join(VERDICTS)}, found {verdict!r}"[:300])
+        return {needle: verdict.upper() for needle, verdict in value.items()}
+
+
+class RecallSpec(_Format):
+    user: UserName
+    message: Text
+
+
+class RecallExpect(_Format):
+    contains: list[Text] | None = None
+    excludes: list[Text] | None = None
+    max_facts: Count | None = None
+    empty: bool | None = None
+
+
+class LiveCheck(_Format):
+    count: Count | None = None
+    contains: list[Text] | None = None
+    excludes: list[Text] | None = None
+
+
+class ContainsCheck(_Format):
+    contains: list[Text] | None = None
+
+
+class OrgLiveCheck(_Format):
+    contains: list[Text] | None = None
+    excludes: list[Text] | None = None
+
+
+class UserExpect(_Format):
+    user: UserName
+    live: LiveCheck | None = None
+    superseded: ContainsCheck | None = None
+    expired: ContainsCheck | None = None
+    confirmations: dict[Text, Count] | None = None
+    model_input_excludes: list[Text] | None = None
+    org_live: OrgLiveCheck | None = None
+
+    @model_validator(mode="after")
+    def _something_to_check(self):
+        if all(getattr(self, name) is None for name in type(self).model_fields if name != "user"):
+            raise ValueError("nothing to check (add live, superseded, expired, confirmations, ...)")
+        return self
+
+
+class CorrectSpec(_Format):
+    user: UserName
+    fact: Text
+    text: Text
+    kind: Literal[KINDS]
+
+
+class DeleteSpec(_Format):
+    user: UserName
+    fact: Text
+
+
+class SwitchSpec(_Format):
+    user: UserName
+    memory: OnOff
+
+
+class EraseSpec(_Format):
+    user: UserName
+
+
+class ApproveOrgSpec(_Format):
+    org: Text
+    fact: Text
+
+
+def _duration(value):
+    try:
+        delta = clock.parse_duration(value)
+    except (ValueError, OverflowError):
+        raise ValueError("expected a duration like '91d', '8h' or '45m'") from None
+    if delta > timedelta(days=36500):
+        raise ValueError("more than a hundred years is not a useful scenario")
+    return value
+
+
+# One model per step type; a step is an object with exactly one of these keys (a session step may
+# also carry "model", a recall step "expect").
+STEP_MODELS = {
+    "session": create_model(
+        "SessionStep", __base__=_Format, session=(SessionSpec, ...), model=(ModelSpec | None, None)
+    ),
+    "recall": create_model(
+        "RecallStep", __base__=_Format, recall=(RecallSpec, ...), expect=(RecallExpect | None, None)
+    ),
+    "expect": create_model("ExpectStep", __base__=_Format, expect=(UserExpect, ...)),
+    "advance": create_model("AdvanceStep", __base__=_Format, advance=(Annotated[Text, AfterValidator(_duration)], ...)),
+    "forget": create_model("ForgetStep", __base__=_Format, forget=(Literal[FORGET_MODES], ...)),
+    "correct": create_model("CorrectStep", __base__=_Format, correct=(CorrectSpec, ...)),
+    "delete": create_model("DeleteStep", __base__=_Format, delete=(DeleteSpec, ...)),
+    "switch": create_model("SwitchStep", __base__=_Format, switch=(SwitchSpec, ...)),
+    "erase": create_model("EraseStep", __base__=_Format, erase=(EraseSpec, ...)),
+    "approve_org": create_model("ApproveOrgStep", __base__=_Format, approve_org=(ApproveOrgSpec, ...)),
+}
+STEP_TYPES = tuple(STEP_MODELS)
+
+
+class ScenarioSpec(_Format):
+    name: Text
+    org: Annotated[Text, Field(max_length=40)] | None = None
+    steps: Annotated[list[Any], Field(min_length=1)]
+
+
+# --- pydantic's first error, said the way a person editing the file needs it ----------------
+
+_FOUND = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+_DICT_FIELDS = {"confirmations", "verdicts"}
+
+
+def _kind_of(value):
+    return "null" if value is None else _FOUND.get(type(value), type(value).__name__)
+
+
+def _path(prefix, loc):
+    out = prefix
+    parent = None
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif parent in _DICT_FIELDS:
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else part
+        parent = part
+    return out or "the scenario"
+
+
+def _fields_at(model, loc):
+    """The keys allowed in the object at `loc` under `model` (for "unknown key" messages)."""
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    return sorted(model.model_fields) if model is not None and hasattr(model, "model_fields") else []
+
+
+def _model_in(annotation):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _message(exc, model, prefix=""):
+    """One line for the first thing wrong, e.g. "steps[0].expect.live: unknown key 'contain' (...)"."""
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    kind, value = err["type"], err.get("input")
+    where = _path(prefix, loc)
+    if kind == "extra_forbidden":
+        allowed = ", ".join(_fields_at(model, loc[:-1])) or "none"
+        return f"{_path(prefix, loc[:-1])}: unknown key {loc[-1]!r} (allowed: {allowed})"
+    if kind == "missing":
+        return f"{_path(prefix, loc[:-1])}: missing key {loc[-1]!r}"
+    if kind == "literal_error":
+        choices = ", ".join(re.findall(r"'([^']*)'", err["ctx"]["expected"]))
+        return f"{where}: must be one of {choices}, found {value!r}"[:300]
+    if kind in ("int_type", "greater_than_equal"):
+        found = "a negative number" if kind == "greater_than_equal" else _kind_of(value)
+        return f"{where}: expected a whole number of at least 0, found {found}"
+    if kind == "string_type":
+        return f"{where}: expected a string, found {_kind_of(value)}"
+    if kind == "bool_type":
+        return f"{where}: expected true or false, found {_kind_of(value)}"
+    if kind == "list_type":
+        return f"{where}: expected a list, found {_kind_of(value)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"{where}: expected an object, found {_kind_of(value)}"
+    if kind == "too_short" and loc == ("steps",):
+        return "steps: expected a non-empty list of steps"
+    if kind in ("string_too_long", "too_long"):
+        return f"{where}: at most {err['ctx']['max_length']} characters"
+    if kind == "value_error":
+        text = str(err["ctx"]["error"])
+        return f"{where}{'' if text.startswith('[') else ': '}{text}"
+    return f"{where}: {err['msg']}"
+
+
+def _validate(model, value, prefix):
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ScenarioError(_message(exc, model, prefix)) from None
 
 
 # --- parsing ------------------------------------------------------------------------
@@ -72,246 +318,58 @@ class Scenario:
     source: str = ""
 
 
-def _where(path):
-    return path or "the scenario"
-
-
-def _object(value, path, required=(), optional=()):
-    if not isinstance(value, dict):
-        raise ScenarioError(f"{_where(path)}: expected an object, found {_kind_of(value)}")
-    allowed = set(required) | set(optional)
-    unknown = sorted(k for k in value if k not in allowed)
-    if unknown:
-        raise ScenarioError(
-            f"{_where(path)}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed)) or 'none'})"
-        )
-    missing = sorted(k for k in required if k not in value)
-    if missing:
-        raise ScenarioError(f"{_where(path)}: missing key {missing[0]!r}")
-    return value
-
-
-def _kind_of(value):
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-    }.get(type(value), type(value).__name__)
-
-
-def _string(value, path, choices=None, allow_empty=False):
-    if not isinstance(value, str):
-        raise ScenarioError(f"{path}: expected a string, found {_kind_of(value)}")
-    if not allow_empty and not value.strip():
-        raise ScenarioError(f"{path}: must not be empty")
-    if choices is not None and value not in choices:
-        raise ScenarioError(f"{path}: must be one of {', '.join(choices)}, found {value!r}")
-    return value
-
-
-def _strings(value, path):
-    if not isinstance(value, list):
-        raise ScenarioError(f"{path}: expected a list of strings, found {_kind_of(value)}")
-    return [_string(v, f"{path}[{i}]") for i, v in enumerate(value)]
-
-
-def _count(value, path):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{path}: expected a whole number of at least 0, found {_kind_of(value)}")
-    if value < 0:
-        raise ScenarioError(f"{path}: expected a whole number of at least 0, found a negative number")
-    return value
-
-
-def _boolean(value, path):
-    if not isinstance(value, bool):
-        raise ScenarioError(f"{path}: expected true or false, found {_kind_of(value)}")
-    return value
-
-
-def _user_name(value, path):
-    name = _string(value, path)
-    if len(name) > 128 or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise ScenarioError(f"{path}: a user name is 1 to 128 printable characters")
-    return name
-
-
-def _parse_session(value, path):
-    _object(value, path, required={"user", "turns"}, optional={"memory"})
-    _user_name(value["user"], f"{path}.user")
-    memory = _string(value.get("memory", "on"), f"{path}.memory", choices=("on", "off"))
-    turns = value["turns"]
-    if not isinstance(turns, list):
-        raise ScenarioError(f"{path}.turns: expected a list of turns, found {_kind_of(turns)}")
-    parsed = []
-    for i, turn in enumerate(turns):
-        where = f"{path}.turns[{i}]"
-        _object(turn, where, required={"role", "content"})
-        role = _string(turn["role"], f"{where}.role", choices=ROLES)
-        parsed.append({"role": role, "content": _string(turn["content"], f"{where}.content", allow_empty=True)})
-    return {"user": value["user"], "memory": memory, "turns": parsed}
-
-
-def _parse_model(value, path):
-    _object(value, path, required={"extract"}, optional={"verdicts"})
-    verdicts = value.get("verdicts", {})
-    if not isinstance(verdicts, dict):
-        raise ScenarioError(f"{path}.verdicts: expected an object of substring -> verdict, found {_kind_of(verdicts)}")
-    clean = {}
-    for needle, verdict in verdicts.items():
-        where = f"{path}.verdicts[{needle!r}]"
-        if not needle.strip():
-            raise ScenarioError(f"{where}: the substring must not be empty")
-        if not isinstance(verdict, str) or verdict.upper() not in VERDICTS:
-            raise ScenarioError(f"{where}: must be one of {', '.join(VERDICTS)}, found {verdict!r}"[:300])
-        clean[needle] = verdict.upper()
-    return {"extract": value["extract"], "verdicts": clean}
-
-
-def _parse_recall_expect(value, path):
-    _object(value, path, optional=RECALL_EXPECT_KEYS)
-    out = {}
-    for key in ("contains", "excludes"):
-        if key in value:
-            out[key] = _strings(value[key], f"{path}.{key}")
-    if "max_facts" in value:
-        out["max_facts"] = _count(value["max_facts"], f"{path}.max_facts")
-    if "empty" in value:
-        out["empty"] = _boolean(value["empty"], f"{path}.empty")
-    return out
-
-
-def _parse_substrings(value, path, keys):
-    _object(value, path, optional=keys)
-    out = {key: _strings(value[key], f"{path}.{key}") for key in ("contains", "excludes") if key in value}
-    if "count" in value:
-        out["count"] = _count(value["count"], f"{path}.count")
-    return out
-
-
-def _parse_user_expect(value, path):
-    _object(value, path, required={"user"}, optional=USER_EXPECT_KEYS)
-    out = {"user": _user_name(value["user"], f"{path}.user")}
-    if len(value) == 1:
-        raise ScenarioError(f"{path}: nothing to check (add live, superseded, expired, confirmations, ...)")
-    if "live" in value:
-        out["live"] = _parse_substrings(value["live"], f"{path}.live", {"count", "contains", "excludes"})
-    for key in ("superseded", "expired"):
-        if key in value:
-            out[key] = _parse_substrings(value[key], f"{path}.{key}", {"contains"})
-    if "org_live" in value:
-        out["org_live"] = _parse_substrings(value["org_live"], f"{path}.org_live", {"contains", "excludes"})
-    if "confirmations" in value:
-        confirmations = value["confirmations"]
-        if not isinstance(confirmations, dict):
-            raise ScenarioError(f"{path}.confirmations: expected an object of substring -> count")
-        out["confirmations"] = {}
-        for needle, n in confirmations.items():
-            if not needle.strip():
-                raise ScenarioError(f"{path}.confirmations: a substring must not be empty")
-            out["confirmations"][needle] = _count(n, f"{path}.confirmations[{needle!r}]")
-    if "model_input_excludes" in value:
-        out["model_input_excludes"] = _strings(value["model_input_excludes"], f"{path}.model_input_excludes")
-    return out
-
-
-def _parse_action(kind, value, path):
-    required, optional = ACTION_KEYS[kind]
-    _object(value, path, required=required, optional=optional)
-    out = {}
-    for key in sorted(required | optional):
-        if key not in value:
-            continue
-        where = f"{path}.{key}"
-        if key == "user":
-            out[key] = _user_name(value[key], where)
-        elif key == "kind":
-            out[key] = _string(value[key], where, choices=KINDS)
-        elif key == "memory":
-            out[key] = _string(value[key], where, choices=("on", "off"))
-        else:
-            out[key] = _string(value[key], where)
-    return out
+def _dump(spec):
+    return spec.model_dump(exclude_none=True) if isinstance(spec, BaseModel) else spec
 
 
 def _parse_step(value, index):
     path = f"steps[{index - 1}]"
     if not isinstance(value, dict):
         raise ScenarioError(f"{path}: expected an object, found {_kind_of(value)}")
-    present = [k for k in STEP_TYPES if k in value]
     unknown = sorted(k for k in value if k not in STEP_TYPES and k != "model")
     if unknown:
         raise ScenarioError(f"{path}: unknown step or key {unknown[0]!r} (step types: {', '.join(STEP_TYPES)})")
     if "session" in value:
-        _object(value, path, required={"session"}, optional={"model"})
-        step = Step(index, "session", _parse_session(value["session"], f"{path}.session"))
-        if "model" in value:
-            step.model = _parse_model(value["model"], f"{path}.model")
-        return step
-    if "model" in value:
+        kind = "session"
+    elif "model" in value:
         raise ScenarioError(f"{path}: 'model' belongs on a session step")
-    if "recall" in value:
-        _object(value, path, required={"recall"}, optional={"expect"})
-        args = _object(value["recall"], f"{path}.recall", required={"user", "message"})
-        args = {
-            "user": _user_name(args["user"], f"{path}.recall.user"),
-            "message": _string(args["message"], f"{path}.recall.message"),
-        }
-        expect = _parse_recall_expect(value["expect"], f"{path}.expect") if "expect" in value else None
-        return Step(index, "recall", args, expect=expect)
-    if len(present) != 1:
-        if not present:
-            raise ScenarioError(f"{path}: a step needs one of {', '.join(STEP_TYPES)}")
-        raise ScenarioError(f"{path}: one step type per step, found {' and '.join(present)}")
-    kind = present[0]
-    if kind == "expect":
-        return Step(index, "expect", _parse_user_expect(value["expect"], f"{path}.expect"))
-    if kind == "advance":
-        text = _string(value["advance"], f"{path}.advance")
-        try:
-            delta = clock.parse_duration(text)
-        except (ValueError, OverflowError):
-            raise ScenarioError(f"{path}.advance: expected a duration like '91d', '8h' or '45m'") from None
-        if delta > timedelta(days=36500):
-            raise ScenarioError(f"{path}.advance: more than a hundred years is not a useful scenario")
-        return Step(index, "advance", text)
-    if kind == "forget":
-        return Step(index, "forget", _string(value["forget"], f"{path}.forget", choices=FORGET_MODES))
-    return Step(index, kind, _parse_action(kind, value[kind], f"{path}.{kind}"))
+    elif "recall" in value:
+        kind = "recall"
+    else:
+        present = [k for k in STEP_TYPES if k in value]
+        if len(present) != 1:
+            if not present:
+                raise ScenarioError(f"{path}: a step needs one of {', '.join(STEP_TYPES)}")
+            raise ScenarioError(f"{path}: one step type per step, found {' and '.join(present)}")
+        kind = present[0]
+    step = _validate(STEP_MODELS[kind], value, path)
+    if kind == "session":
+        return Step(index, kind, _dump(step.session), model=_dump(step.model) if step.model else None)
+    if kind == "recall":
+        return Step(index, kind, _dump(step.recall), expect=_dump(step.expect) if step.expect else None)
+    return Step(index, kind, _dump(getattr(step, kind)))
 
 
 def parse_scenario(data, source="", backend="scripted"):
     """Validate one scenario (decoded JSON) into a Scenario; raise ScenarioError saying what is wrong."""
     where = source or "scenario"
     try:
-        _object(data, "", required={"name", "steps"}, optional={"org"})
-        name = _string(data["name"], "name")
-        org = _string(data["org"], "org") if "org" in data else None
-        if org is not None and len(org) > 40:
-            raise ScenarioError("org: at most 40 characters")
-        raw_steps = data["steps"]
-        if not isinstance(raw_steps, list) or not raw_steps:
-            raise ScenarioError("steps: expected a non-empty list of steps")
-        steps = [_parse_step(s, i) for i, s in enumerate(raw_steps, start=1)]
+        spec = _validate(ScenarioSpec, data, "")
+        steps = [_parse_step(s, i) for i, s in enumerate(spec.steps, start=1)]
         for step in steps:
             if step.kind == "session" and backend == "scripted" and step.model is None:
                 raise ScenarioError(
                     f"steps[{step.index - 1}]: a session step needs 'model' (what the extractor answers) "
                     "under the scripted backend"
                 )
-            if step.kind == "approve_org" and step.args["org"] != org:
+            if step.kind == "approve_org" and step.args["org"] != spec.org:
                 raise ScenarioError(
                     f"steps[{step.index - 1}].approve_org.org: {step.args['org']!r} is not this scenario's org "
-                    f"({org!r})"
+                    f"({spec.org!r})"
                 )
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
-    return Scenario(name=name, org=org, steps=steps, source=source)
+    return Scenario(name=spec.name, org=spec.org, steps=steps, source=source)
 
 
 def scenario_files(paths):

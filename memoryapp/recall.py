@@ -71,11 +71,25 @@ PERSONAL_HYBRID = _HYBRID.format(
     name="personal", owner="f.user_id = %(user)s AND f.scope = 'personal'", live=_LIVE, tier1="always"
 )
 ORG_HYBRID = _HYBRID.format(name="org", owner="f.org_id = %(org)s AND f.scope = 'org'", live=_LIVE, tier1="org_always")
+# Tier 1 is a per-kind quota (TIER1_KINDS, constraints first so they always reach the model),
+# ranked inside each kind by confirmations (a fact the person keeps restating earns its slot) or
+# by recency; what misses the quota still competes in tier 2 by similarity. See docs/benchmarks.md
+# for the dev-split numbers behind the defaults. The window runs over the user's live facts of the
+# tier-1 kinds only (fact_user_live_idx), without their vectors.
 SELECT_SQL = f"""
 WITH always AS (
-    SELECT {_FACT_COLUMNS}, NULL::float8 AS distance, 'always' AS tier FROM memoryapp_memoryfact f
-    WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE} AND f.kind = ANY(%(always_kinds)s)
-    ORDER BY f.last_confirmed_at DESC, f.id
+    SELECT {_FACT_COLUMNS}, NULL::float8 AS distance, 'always' AS tier FROM (
+        SELECT {_FACT_COLUMNS}, k.cap, k.pos, row_number() OVER (
+            PARTITION BY f.kind ORDER BY CASE WHEN %(by_confirmations)s THEN f.confirmation_count ELSE 0 END DESC,
+                f.last_confirmed_at DESC, f.id
+        ) AS kind_rank
+        FROM memoryapp_memoryfact f
+        JOIN unnest(%(tier1_kinds)s::text[], %(tier1_caps)s::int[]) WITH ORDINALITY AS k(kind, cap, pos)
+            ON f.kind = k.kind
+        WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE}
+    ) f
+    WHERE f.kind_rank <= f.cap
+    ORDER BY f.pos, f.kind_rank
     LIMIT %(tier1)s
 ), {PERSONAL_HYBRID}, relevant AS (
     SELECT {_FACT_COLUMNS}, h.distance, 'relevant' AS tier
@@ -119,12 +133,16 @@ def select(user, message, org=None, vector=None):
     """Pick facts under the budget: always-on personal, relevant personal, then the org tier (members only)."""
     memory = settings.MEMORY
     cap = memory["RECALL_CAP"]
+    quota = memory["TIER1_KINDS"]
     if vector is None and message and message.strip():
         vector = embeddings.embed(message)
     params = {
         "user": getattr(user, "id", user),
         "org": getattr(org, "id", org),
         "always_kinds": list(ALWAYS_ON_KINDS),
+        "tier1_kinds": list(quota),
+        "tier1_caps": [max(0, int(n)) for n in quota.values()],
+        "by_confirmations": memory["TIER1_ORDER"] == "confirmations",
         "tier1": max(0, min(cap, memory["TIER1_LIMIT"])),
         "tier2": max(0, memory["TIER2_LIMIT"]),
         "org_limit": max(0, memory["ORG_LIMIT"]),
@@ -132,7 +150,8 @@ def select(user, message, org=None, vector=None):
         "vector": None if vector is None else _vector_literal(vector),
         "model": embeddings.model_name(),
         "max_distance": 1 - embeddings.floor("recall"),
-        "words": message_words(message),
+        # With RECALL_LEXICAL off, tier 2 ranks by cosine alone (an empty tsquery matches nothing).
+        "words": message_words(message) if memory["RECALL_LEXICAL"] else "",
         "rrf": RRF_K,
     }
     chosen = []

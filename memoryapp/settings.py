@@ -153,9 +153,14 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 # --- models (read by the Celery settings below) ------------------------------
 ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
-# The longest one model call can take: every attempt runs into the SDK timeout, with the SDK's
-# backoff (at most 8 s) between attempts.
-MODEL_CALL_MAX_SECONDS = ANTHROPIC_TIMEOUT * (ANTHROPIC_MAX_RETRIES + 1) + 8 * ANTHROPIC_MAX_RETRIES
+OPENAI_TIMEOUT = env_float("OPENAI_TIMEOUT", 60.0)
+OPENAI_MAX_RETRIES = env_int("OPENAI_MAX_RETRIES", 3)
+# The longest one model call can take, whichever provider: every attempt runs into the SDK
+# timeout, with the SDK's backoff (at most 8 s) between attempts.
+MODEL_CALL_MAX_SECONDS = max(
+    ANTHROPIC_TIMEOUT * (ANTHROPIC_MAX_RETRIES + 1) + 8 * ANTHROPIC_MAX_RETRIES,
+    OPENAI_TIMEOUT * (OPENAI_MAX_RETRIES + 1) + 8 * OPENAI_MAX_RETRIES,
+)
 # An extraction's claim on its session. The worker renews it before every model call, so it runs
 # out only when the worker has been gone for longer than any one call can take; then the sweeper
 # (or a redelivered task) takes the session over and marks the abandoned run.
@@ -210,11 +215,25 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- models ---------------------------------------------------------------
 ANTHROPIC_API_KEY = env("ANTHROPIC_API_KEY")
-# anthropic | offline; empty means anthropic when a key is set, else offline. Tests and the
+# anthropic | openai | offline; empty means anthropic when a key is set, else offline. Tests and the
 # scenario harness put a backend instance here through override_settings.
 EXTRACTION_BACKEND = env("EXTRACTION_BACKEND", "")
 ANTHROPIC_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
 ANTHROPIC_MODEL = env("ANTHROPIC_MODEL", "claude-haiku-4-5-20251001")
+# Any server speaking OpenAI's chat-completions API: OpenAI itself, or Ollama, vLLM, llama.cpp's
+# server, LM Studio on-prem (OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama).
+OPENAI_BASE_URL = env("OPENAI_BASE_URL") or None  # None: api.openai.com
+OPENAI_API_KEY = env("OPENAI_API_KEY")
+OPENAI_MODEL = env("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_HTTP_CLIENT = None  # tests: an httpx2.Client on a MockTransport
+# USD per million tokens; 0 for a local model. Cached input is the share of the prompt the server
+# reports as served from its prompt cache.
+OPENAI_PRICE_PER_MTOK = {
+    "input": env("OPENAI_PRICE_INPUT_PER_MTOK", "0"),
+    "output": env("OPENAI_PRICE_OUTPUT_PER_MTOK", "0"),
+    "cache_read": env("OPENAI_PRICE_CACHED_INPUT_PER_MTOK", "0"),
+    "cache_write": "0",
+}
 EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
 VOYAGE_API_KEY = env("VOYAGE_API_KEY")
 VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
@@ -222,8 +241,18 @@ VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
 # --- memory knobs (seed defaults; floors calibrated per embedding model) ---
 MEMORY = {
     "RECALL_CAP": env_int("MEMORY_RECALL_CAP", 20),
+    # Tier 1 (always on) is a quota per kind, in this order: every constraint first (up to 12, they
+    # must always reach the model), then the few most-confirmed profile facts. Other profile facts
+    # compete in tier 2 by similarity, which fills the rest of the cap. Chosen on LoCoMo's dev split
+    # over "12 most recent constraint/profile facts + 8 similar" (docs/benchmarks.md).
     "TIER1_LIMIT": env_int("MEMORY_TIER1_LIMIT", 12),
-    "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 8),
+    "TIER1_KINDS": {
+        "constraint": env_int("MEMORY_TIER1_CONSTRAINTS", 12),
+        "profile": env_int("MEMORY_TIER1_PROFILES", 2),
+    },
+    "TIER1_ORDER": env("MEMORY_TIER1_ORDER", "confirmations"),  # confirmations | recent, inside each kind
+    "TIER2_LIMIT": env_int("MEMORY_TIER2_LIMIT", 20),
+    "RECALL_LEXICAL": env_bool("MEMORY_RECALL_LEXICAL", True),  # tier 2 fuses full-text rank with cosine
     "ORG_LIMIT": env_int("MEMORY_ORG_LIMIT", 8),
     "NEIGHBOUR_LIMIT": env_int("MEMORY_NEIGHBOUR_LIMIT", 5),
     # Floors per embedding backend; None means "use the calibrated default".

@@ -116,16 +116,55 @@ def test_tier_two_is_similar_facts_above_the_floor_and_tier_one_is_always_on(org
     assert "hiking" not in result.block
 
 
-def test_tier_one_takes_the_most_recently_confirmed_first(org, settings):
+def test_tier_one_takes_the_most_confirmed_first_and_recency_breaks_ties(org, settings):
     settings.MEMORY = {**settings.MEMORY, "TIER1_LIMIT": 2, "TIER2_LIMIT": 0}
     alice = _user(org)
     now = clock.now()
+    # Team 0 is the oldest but was confirmed in three sessions; teams 1-3 were said once each.
+    counts = [3, 1, 1, 1]
     facts = [
-        _fact(alice, f"The user works in team number {i}.", "profile", last_confirmed_at=now - timedelta(days=10 - i))
+        _fact(
+            alice,
+            f"The user works in team number {i}.",
+            "profile",
+            last_confirmed_at=now - timedelta(days=10 - i),
+            confirmation_count=counts[i],
+        )
         for i in range(4)
     ]
     result = recall.recall(sessions.open_session(org, alice), "hello")
+    assert {s.fact.id for s in result.facts} == {facts[0].id, facts[3].id}
+
+    settings.MEMORY = {**settings.MEMORY, "TIER1_ORDER": "recent"}
+    result = recall.recall(sessions.open_session(org, alice), "hello")
     assert {s.fact.id for s in result.facts} == {facts[3].id, facts[2].id}
+
+
+def test_constraints_always_come_first_and_a_few_profile_facts_keep_tier_one(org, settings):
+    """With many profile facts, tier 1 is every constraint plus the most-confirmed profile facts;
+    the other profile facts compete by similarity, and similar facts fill the rest of the cap."""
+    settings.MEMORY = {**settings.MEMORY, "TIER1_KINDS": {"constraint": 12, "profile": 2}, "RECALL_FLOOR": -1}
+    alice = _user(org)
+    hobbies = ["chess", "sailing", "pottery", "birdwatching", "rowing", "baking", "juggling", "origami"]
+    for i, hobby in enumerate(hobbies * 4):
+        _fact(alice, f"The user's hobby number {i} is {hobby}.", "profile", confirmation_count=1 + i % 3)
+    confirmed = MemoryFact.objects.filter(user=alice).order_by("-confirmation_count", "-last_confirmed_at", "id")
+    top_two = {f.id for f in confirmed[:2]}
+    rules = [
+        _fact(alice, "The user's company forbids sending customer data to third-party services.", "constraint"),
+        _fact(alice, "The user must not deploy on Fridays.", "constraint"),
+    ]
+    dog = _fact(alice, "The user has a golden retriever called Biscuit.", "profile")
+
+    result = recall.recall(sessions.open_session(org, alice), "What should I feed my golden retriever?")
+
+    always = [s for s in result.facts if s.tier == "always"]
+    assert {s.fact.id for s in always} == {r.id for r in rules} | top_two
+    relevant = {s.fact.id: s for s in result.facts if s.tier == "relevant"}
+    assert dog.id in relevant
+    assert max(relevant.values(), key=lambda s: s.score).fact.id == dog.id
+    # Tier 2 is no longer held to 8: it fills what tier 1 leaves of the cap.
+    assert (len(always), len(relevant), len(result.facts)) == (4, 16, 20)
 
 
 def test_cap_holds_with_500_live_facts(org, other_org, settings):

@@ -9,11 +9,20 @@ from django.conf import settings
 from memoryapp.backends.anthropic import AnthropicBackend
 from memoryapp.backends.base import Answer, ModelUnavailable, Usage
 from memoryapp.backends.offline import OfflineBackend
+from memoryapp.backends.openai import OpenAIBackend
 from memoryapp.backends.scripted import ScriptedBackend
 
-__all__ = ["Answer", "ModelUnavailable", "Usage", "AnthropicBackend", "OfflineBackend", "ScriptedBackend"]
+__all__ = [
+    "Answer",
+    "ModelUnavailable",
+    "Usage",
+    "AnthropicBackend",
+    "OfflineBackend",
+    "OpenAIBackend",
+    "ScriptedBackend",
+]
 
-BACKENDS = {"anthropic": AnthropicBackend, "offline": OfflineBackend}
+BACKENDS = {"anthropic": AnthropicBackend, "offline": OfflineBackend, "openai": OpenAIBackend}
 
 
 def active_backend():

@@ -79,8 +79,12 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     calls: int = 0
+    # USD per million tokens by kind (as PRICE_PER_MTOK); None means Claude Haiku 4.5's prices.
+    prices: dict | None = None
 
     def add(self, other):
+        if self.prices is None:
+            self.prices = other.prices
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cache_read_tokens += other.cache_read_tokens
@@ -90,11 +94,12 @@ class Usage:
     @property
     def cost_usd(self):
         million = Decimal(1_000_000)
+        price = {k: Decimal(str(v)) for k, v in (self.prices or PRICE_PER_MTOK).items()}
         return (
-            self.input_tokens * PRICE_PER_MTOK["input"]
-            + self.output_tokens * PRICE_PER_MTOK["output"]
-            + self.cache_write_tokens * PRICE_PER_MTOK["cache_write"]
-            + self.cache_read_tokens * PRICE_PER_MTOK["cache_read"]
+            self.input_tokens * price["input"]
+            + self.output_tokens * price["output"]
+            + self.cache_write_tokens * price["cache_write"]
+            + self.cache_read_tokens * price["cache_read"]
         ) / million
 
 

@@ -4,11 +4,13 @@ nothing left behind in the database."""
 import io
 import json
 
+import httpx2
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from bench import loadgen
+from evals import judge
 from evals import locomo as lb
 from memoryapp.models import AgentSession, MemoryFact, Organization
 
@@ -25,23 +27,159 @@ def nothing_left(prefix):
     assert AgentSession.objects.count() == 0
 
 
+def tiny_locomo(tmp_path):
+    """A two-session conversation in LoCoMo's format (generated here; tests never read the dataset)."""
+
+    def turn(speaker, dia, text):
+        return {"speaker": speaker, "dia_id": dia, "text": text}
+
+    sample = {
+        "sample_id": "tiny-1",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                turn("Ana", "D1:1", "Hi Ben! I live in Lisbon. I work as a nurse at the city hospital."),
+                turn("Ben", "D1:2", "Nice! I'm a software engineer and I love painting landscapes on weekends."),
+                turn("Ana", "D1:3", "We are not allowed to work on Sundays at the hospital."),
+                turn("Ben", "D1:4", "That sounds fair. How was your week?"),
+            ],
+            "session_2_date_time": "10:00 am on 9 June, 2023",
+            "session_2": [
+                turn("Ana", "D2:1", "Big news: I live in Porto now."),
+                turn("Ben", "D2:2", "Wow, congratulations on the move!"),
+            ],
+        },
+        "observation": {
+            "session_1_observation": {
+                "Ana": [["Ana lives in Lisbon and works as a nurse.", "D1:1"], ["Ana cannot work on Sundays.", "D1:3"]],
+                "Ben": [["Ben is a software engineer who paints landscapes.", "D1:2"]],
+            },
+            "session_2_observation": {"Ana": [["Ana moved to Porto.", "D2:1"]]},
+        },
+        "qa": [
+            {"question": "Where does Ana live?", "answer": "Porto", "evidence": ["D2:1"], "category": 4},
+            {"question": "What is Ana's job?", "answer": "nurse", "evidence": ["D1:1"], "category": 4},
+            {"question": "What does Ben paint?", "answer": "landscapes", "evidence": ["D1:2"], "category": 1},
+            {"question": "When did Ana move to Porto?", "answer": "June 2023", "evidence": ["D2:1"], "category": 2},
+            {
+                "question": "Which hospital does Ben work at?",
+                "evidence": ["D1:1"],
+                "category": 5,
+                "adversarial_answer": "city",
+            },
+        ],
+    }
+    path = tmp_path / "locomo_tiny.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+@pytest.fixture
+def no_model(settings):
+    settings.ANTHROPIC_API_KEY = ""
+    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = None
+
+
 @pytest.mark.django_db
-def test_bench_locomo_smoke(tmp_path):
-    path = tmp_path / "locomo.json"
-    out, err = run("bench_locomo", "--smoke", "--json", str(path))
-    assert "embedding facts" in err  # progress while loading
-    assert "recall@k of the evidence dia_ids" in out and "hit@k" in out
-    assert "vs mem0 1,764 and full context 26,031" in out
-    data = json.loads(path.read_text())
-    overall = data["summary"]["overall"]
-    assert data["questions"] == overall["n"] == 30
-    for method in ("vector", "bm25", "hybrid"):
-        for k in lb.KS:
-            assert 0 <= overall[f"{method}_recall@{k}"] <= overall[f"{method}_hit@{k}"] <= 1
-        assert overall[f"{method}_hit@5"] <= overall[f"{method}_hit@20"]
-    assert overall["vector_hit@20"] > 0.3  # the evidence is findable: a broken ranking scores ~0
-    assert 0 < data["block_tokens"]["vector_top10_mean"] < data["block_tokens"]["vector_top20_mean"]
+def test_bench_locomo_pipeline_smoke_through_the_production_code(tmp_path, no_model):
+    out_path = tmp_path / "pipeline.json"
+    out, err = run(
+        "bench_locomo", "--pipeline", "--smoke", "--data", str(tiny_locomo(tmp_path)), "--json", str(out_path)
+    )
+    assert "conversation 1: sessions: 2/2" in err  # progress per conversation
+    assert "evidence found in the block" in out and "QA accuracy: not measured" in out
+    data = json.loads(out_path.read_text())
+    e = data["extraction"]
+    # Two LoCoMo sessions, one agent session per speaker each, all extracted by the offline backend.
+    assert e["sessions"] == 4 and e["extraction_status"] == {"done": 4} and e["backends"] == ["offline"]
+    assert e["facts_created"] >= 4 and e["supersessions"] == 1  # Porto replaced Lisbon
+    production = data["summary"]["production"]
+    # Every answerable question's evidence came back through provenance: facts -> turns -> dia ids.
+    assert data["answerable"] == 1.0
+    assert production["4 single-hop"] == {"n": 2, "evidence_found": 1.0, "evidence_coverage": 1.0}
+    assert production["1 multi-hop"]["evidence_found"] == 1.0
+    # The adversarial question is asked of Ben; its evidence is Ana's turn, which Ben's block never holds.
+    assert production["5 adversarial"]["evidence_found"] == 0.0 and production["5 adversarial"]["n"] == 1
+    assert 0 < production["block"]["tokens_p50"] <= production["block"]["tokens_p95"]
+    assert data["qa_accuracy"] is None and "66.9" in data["qa_accuracy_note"]
     nothing_left("bench-locomo")
+    assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db
+def test_bench_locomo_observations_rank_through_production_recall(tmp_path, no_model):
+    out_path = tmp_path / "observations.json"
+    out, err = run(
+        "bench_locomo", "--data", str(tiny_locomo(tmp_path)), "--conversations", "1", "--json", str(out_path)
+    )
+    assert "embedding observations" in err
+    data = json.loads(out_path.read_text())
+    assert data["mode"] == "observations" and data["facts"] == 4 and data["questions"] == 5
+    top = data["summary"]["plain top-20 vector"]
+    assert top["overall 1-4"]["evidence_found"] == 1.0  # four facts, all in a block of 20
+    nothing_left("bench-locomo")
+
+
+KEYWORDS = {"Where does Ana live?": "Porto", "What is Ana's job?": "nurse", "What does Ben paint?": "landscapes"}
+
+
+def fake_claude(request):
+    """Answers from the notes it is sent (a keyword per question) and grades by substring."""
+    body = json.loads(request.content)
+    system, content = body["system"][0]["text"], body["messages"][0]["content"]
+    if system == judge.ANSWER_SYSTEM:
+        question = content.rsplit("Question: ", 1)[1]
+        word = KEYWORDS.get(question, "")
+        text = word if word and word in content.split("Question: ")[0] else "unknown"
+    else:
+        gold = content.split("Gold answer: ")[1].split("\n")[0]
+        answer = content.split("\nAnswer: ")[1]
+        text = json.dumps({"correct": answer.lower() in gold.lower()})
+    usage = {"input_tokens": 100, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    return httpx2.Response(
+        200,
+        json={
+            "id": "msg",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-haiku-4-5-20251001",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    )
+
+
+@pytest.mark.django_db
+def test_bench_locomo_judges_answers_from_the_block_where_a_key_exists(tmp_path, settings):
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    settings.ANTHROPIC_HTTP_CLIENT = httpx2.Client(transport=httpx2.MockTransport(fake_claude))
+    out_path = tmp_path / "judged.json"
+    out, _ = run(
+        "bench_locomo",
+        "--pipeline",
+        "--backend",
+        "offline",
+        "--variants",
+        "production",
+        "--data",
+        str(tiny_locomo(tmp_path)),
+        "--json",
+        str(out_path),
+    )
+    qa = json.loads(out_path.read_text())["qa_accuracy"]
+    # Porto, nurse and landscapes are in the blocks; the move's date is in no fact, so that one fails.
+    assert (qa["provider"], qa["n"], qa["accuracy"], qa["model_failures"]) == ("anthropic", 4, 0.75, 0)
+    assert qa["input_tokens"] == 8 * 100 and qa["cost_usd"] > 0
+    assert "QA accuracy (LLM judge, anthropic): 75.0 % of 4" in out
+
+
+def test_missing_dataset_says_where_to_put_it(tmp_path):
+    with pytest.raises(CommandError, match="locomo10.json"):
+        run("bench_locomo", "--pipeline", "--data", str(tmp_path / "nowhere.json"))
 
 
 def test_dia_ids_are_read_from_every_shape():
@@ -49,8 +187,10 @@ def test_dia_ids_are_read_from_every_shape():
     assert lb.dia_ids(["D15:3", "D15:5"]) == ["D15:3", "D15:5"]
     assert lb.dia_ids("D26:14, D26:34") == ["D26:14", "D26:34"]
     assert lb.dia_ids("D:11:26") == ["D11:26"]
-    assert lb.hit_and_recall(["a", "b"], {"D1:1", "D1:2"}, {"a": {"D1:2"}}, 1) == (1.0, 0.5)
-    assert lb.hit_and_recall(["b", "a"], {"D1:1", "D1:2"}, {"a": {"D1:2"}}, 1) == (0.0, 0.0)
+
+
+def test_observations_name_the_user_not_the_speaker():
+    assert lb.as_user_fact("Caroline's mom lives with Caroline.", "Caroline") == "The user's mom lives with the user."
 
 
 @pytest.mark.queue

@@ -328,3 +328,41 @@ def test_every_repo_scenario_parses():
     assert broken == []
     assert len(scenarios) >= 30
     assert len({s.name for s in scenarios}) == len(scenarios)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"name": "n", "steps": [{"expect": {"user": "a", "live": {"contain": ["x"]}}}]},
+            "steps[0].expect.live: unknown key 'contain' (allowed: contains, count, excludes)",
+        ),
+        (
+            {"name": "n", "steps": [{"expect": {"user": "a", "confirmations": {"Postgres": "2"}}}]},
+            "steps[0].expect.confirmations['Postgres']: expected a whole number of at least 0, found a string",
+        ),
+        (
+            {
+                "name": "n",
+                "steps": [
+                    {"session": {"user": "a", "turns": []}, "model": {"extract": {}, "verdicts": {"pg": "MAYBE"}}}
+                ],
+            },
+            "steps[0].model.verdicts['pg']: must be one of CONTRADICTS, DUPLICATE, INDEPENDENT, found 'MAYBE'",
+        ),
+        (
+            {"name": "n", "steps": [{"session": {"user": "a", "turns": [{"role": "bot", "content": "hi"}]}}]},
+            "steps[0].session.turns[0].role: must be one of user, assistant, tool, found 'bot'",
+        ),
+        ({"name": "n", "org": "x" * 41, "steps": [{"erase": {"user": "a"}}]}, "org: at most 40 characters"),
+        ({"name": 7, "steps": [{"erase": {"user": "a"}}]}, "name: expected a string, found a number"),
+        (
+            {"name": "n", "steps": [{"recall": {"user": "a", "message": "m"}, "expect": {"empty": 1}}]},
+            "steps[0].expect.empty: expected true or false, found a number",
+        ),
+    ],
+)
+def test_scenario_format_errors_name_the_path_and_what_was_found(data, message):
+    with pytest.raises(evaluation.ScenarioError) as caught:
+        evaluation.parse_scenario(data, source="x.json", backend="offline")
+    assert str(caught.value) == f"x.json: {message}"
