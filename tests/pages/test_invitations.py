@@ -10,8 +10,9 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
-from memoryapp import clock, erasure, orgs
+from memoryapp import erasure, orgs
 from memoryapp.models import Invitation, Membership
+from memoryapp.pages.orgs.views import JOIN_RATE_PER_MINUTE
 
 pytestmark = pytest.mark.django_db
 
@@ -100,13 +101,13 @@ def test_bad_signup_input_is_a_form_error_and_uses_nothing(admin_browser, org):
     assert not get_user_model().objects.filter(username="bea").exists()
 
 
-def test_revoked_and_expired_invitations_do_not_work(admin_browser, org):
+def test_revoked_and_expired_invitations_do_not_work(admin_browser, org, travel):
     _, revoked_link = create_invitation(admin_browser, org, note="revoke me")
     invitation = Invitation.objects.get(note="revoke me")
     assert admin_browser.post(f"/orgs/{org.slug}/invitations/{invitation.id}/revoke/").status_code == 302
     assert "revoke me" not in admin_browser.get(f"/orgs/{org.slug}/members/").content.decode()
     _, expiring_link = create_invitation(admin_browser, org, note="slow")
-    clock.advance(timedelta(days=8))
+    travel(timedelta(days=8))
     for link in (revoked_link, expiring_link):
         response = Client().post(
             link, {"username": "z", "password1": "a long passphrase 42", "password2": "a long passphrase 42"}
@@ -140,8 +141,6 @@ def test_accepting_twice_with_the_same_account_is_refused(admin, org):
 
 
 def test_the_sign_up_form_on_an_invitation_is_rate_limited(admin_browser, org, make_user):
-    from memoryapp.pages.orgs.views import JOIN_RATE_PER_MINUTE
-
     make_user("taken")
     _, link = create_invitation(admin_browser, org)
     prober = Client()

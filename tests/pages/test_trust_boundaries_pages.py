@@ -4,11 +4,13 @@ sign-in for the admin too, a read-only and logged admin for memory, and a key sh
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
+from django.core.management import call_command
 from django.test import Client
 
-from memoryapp import clock, portal, sessions, writing
+from memoryapp import portal, sessions, writing
 from memoryapp.models import ExternalIdentity, MemoryFact, Organization, SupportAccess
 
 pytestmark = pytest.mark.django_db
@@ -103,14 +105,14 @@ def test_a_portal_session_ends_when_the_browser_closes(person):
     assert cookie.value and not cookie["max-age"] and not cookie["expires"]  # a session cookie
 
 
-def test_a_portal_session_ends_after_the_idle_limit(person, settings):
+def test_a_portal_session_ends_after_the_idle_limit(person, settings, travel):
     settings.MEMORY = {**settings.MEMORY, "PORTAL_IDLE_MINUTES": 30}
     browser = portal_client(person)
-    clock.advance(timedelta(minutes=20))
+    travel(timedelta(minutes=20))
     assert browser.get("/me/").status_code == 200  # activity keeps it alive
-    clock.advance(timedelta(minutes=29))
+    travel(timedelta(minutes=29))
     assert browser.get("/me/").status_code == 200
-    clock.advance(timedelta(minutes=31))
+    travel(timedelta(minutes=31))
     gone = browser.get("/me/")
     assert gone.status_code == 302 and gone["Location"].startswith("/login/")
     assert "_auth_user_id" not in browser.session
@@ -199,9 +201,6 @@ def _superuser_browser(make_user):
 
 
 def test_seed_demo_staff_is_not_a_superuser(db):
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
     staff = get_user_model().objects.get(username="staff")
     assert staff.is_staff and not staff.is_superuser
