@@ -4,6 +4,7 @@ import threading
 import time
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import override_settings
 
@@ -129,3 +130,32 @@ def test_extraction_starting_while_erasure_holds_the_session_writes_nothing(org)
     assert results["run"] is None
     assert isinstance(results["receipt"], erasure.ErasureReceipt), results["receipt"]
     assert not MemoryFact.objects.exists() and not ExtractionRun.objects.exists() and not AgentSession.objects.exists()
+
+
+def test_two_admins_erasing_themselves_at_once_leave_the_org_one_admin(org, make_user, monkeypatch):
+    """Each admin alone sees another admin; without the org lock both erasures would pass the check."""
+    first, second = make_user("ann", org, role="admin"), make_user("ben", org, role="admin")
+    checked_first, release_first = threading.Event(), threading.Event()
+    original = erasure._refuse_last_admin
+
+    def check_then_linger(user_id):
+        original(user_id)
+        if user_id == first.id:
+            checked_first.set()  # first has passed the check and holds the org's row lock
+            assert release_first.wait(30)
+
+    monkeypatch.setattr(erasure, "_refuse_last_admin", check_then_linger)
+    results = {}
+    t1 = in_thread(lambda: erasure.erase_user(first, requested_via="self"), results, "first")
+    assert checked_first.wait(20)
+    t2 = in_thread(lambda: erasure.erase_user(second, requested_via="self"), results, "second")
+    try:
+        wait_until_blocked_on_a_lock()  # the second erasure queues behind the first one's org lock
+    finally:
+        release_first.set()
+    t1.join(30)
+    t2.join(30)
+    assert not isinstance(results["first"], Exception), results["first"]  # a receipt
+    assert isinstance(results["second"], erasure.ErasureRefused), results["second"]
+    assert "only admin of Acme" in str(results["second"])
+    assert list(get_user_model().objects.values_list("username", flat=True)) == ["ben"]

@@ -12,6 +12,7 @@ from django.test import Client
 
 from memoryapp import erasure, orgs
 from memoryapp.models import Invitation, Membership
+from memoryapp.pages.orgs.views import JOIN_RATE_PER_MINUTE
 
 pytestmark = pytest.mark.django_db
 
@@ -140,8 +141,6 @@ def test_accepting_twice_with_the_same_account_is_refused(admin, org):
 
 
 def test_the_sign_up_form_on_an_invitation_is_rate_limited(admin_browser, org, make_user):
-    from memoryapp.pages.orgs.views import JOIN_RATE_PER_MINUTE
-
     make_user("taken")
     _, link = create_invitation(admin_browser, org)
     prober = Client()

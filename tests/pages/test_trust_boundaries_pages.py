@@ -4,8 +4,10 @@ sign-in for the admin too, a read-only and logged admin for memory, and a key sh
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
+from django.core.management import call_command
 from django.test import Client
 
 from memoryapp import portal, sessions, writing
@@ -199,9 +201,6 @@ def _superuser_browser(make_user):
 
 
 def test_seed_demo_staff_is_not_a_superuser(db):
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
     staff = get_user_model().objects.get(username="staff")
     assert staff.is_staff and not staff.is_superuser
