@@ -176,7 +176,12 @@ class OfflineBackend:
     """Deterministic local extractor and verdict classifier, used when no API key is set."""
 
     name = "offline"
-    model = "offline-rules-1"
+
+    @property
+    def model(self):
+        from memoryapp.backends import learned
+
+        return learned.version()  # offline-learned-<sha8 of the weights>
 
     def extract(self, text):
         from memoryapp import offline
