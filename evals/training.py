@@ -424,10 +424,12 @@ def train(root, out_path, cache_path=None, smoke=False, progress=None, say=print
     xd = learned.fact_features(vec([r[0] for r in dev_rows]), [r[0] for r in dev_rows])
     yd = np.array([r[1] for r in dev_rows])
     best = None
-    for hidden in (32,) if not smoke else (0,):
-        params = _round_trip(train_mlp(xf, yf, 2, hidden=hidden, epochs=20 if not smoke else 3, seed=seed))
+    # Logistic regression: a 32-unit MLP scores a little higher on dev (F1 0.885 vs 0.861) but learns
+    # topics, and misses plain statements outside chit-chat ("I prefer short answers"); see README.
+    for hidden in (0,):
+        params = _round_trip(train_mlp(xf, yf, 2, hidden=hidden, l2=1e-3, epochs=10 if not smoke else 3, seed=seed))
         p = learned.forward(params, xd)[:, 1]
-        for th in np.arange(0.3, 0.91, 0.05):
+        for th in np.arange(0.1, 0.91, 0.05):
             pred = p >= th
             tp = int((pred & (yd == 1)).sum())
             prec = tp / max(int(pred.sum()), 1)

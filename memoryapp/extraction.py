@@ -192,7 +192,7 @@ class OfflineBackend:
     def verdicts(self, new_text, old_texts):
         from memoryapp import offline
 
-        return [offline.classify(old, new_text) for old in old_texts], llm.Usage()
+        return offline.judge(new_text, old_texts), llm.Usage()
 
 
 class ScriptedBackend:

@@ -29,7 +29,7 @@ _ALWAYS = re.compile(
 )
 _RATHER = re.compile(r"^(i|we)('d| would) rather\b", re.IGNORECASE)
 _SWITCHED = re.compile(
-    r"^(i|we) (?:have |'ve |just |recently )?(?:migrated|switched|changed|moved) (?:over )?"
+    r"^(i|we) (?:have |'ve |just |recently )?(?:migrated|switched|changed) (?:over )?"
     r"(?:from (?P<old>.+?) )?to (?P<new>.+)$",
     re.IGNORECASE,
 )
@@ -106,7 +106,9 @@ def extract_facts(text):
         keep = model.fact_probability(vectors, pending) >= model.fact_threshold
         kinds = model.kinds(vectors, pending)
         for stated, kept, kind in zip(pending, keep, kinds, strict=True):
-            if not kept:
+            # Fallback rule: a first-person constraint ("we can't use GPL code") is kept even when the
+            # model, trained on chit-chat, is unsure: missing a constraint costs more than a spare fact.
+            if not kept and not _CONSTRAINT_CUE.search(stated):
                 continue
             fact = _phrase(stated)
             if fact:
@@ -127,7 +129,7 @@ def extract_facts(text):
 
 
 def verdicts(new, olds):
-    """The learned verdict for `new` against each stored fact in `olds` (one batch)."""
+    """The verdict for `new` against each stored fact in `olds`: the learned model, in one batch."""
     olds = list(olds)
     if not olds:
         return []
@@ -138,11 +140,57 @@ def verdicts(new, olds):
     return [learned.VERDICTS[i] for i in probs.argmax(axis=1)]
 
 
+_NEGATION = re.compile(r"\b(not|no|never|no longer|doesn't|isn't|don't|cannot|can't)\b", re.IGNORECASE)
+_CHANGED = re.compile(
+    r"\b(now|no longer|instead of|switched|migrated|moved (?:to|from)|changed|replaced|stopped|quit|gave up)\b",
+    re.IGNORECASE,
+)
+_CONTENT_STOP = set(
+    "the a an of to in on at for and or is are was be user user's team team's their does do have has".split()
+)
+
+
+def _content(text):
+    words = re.findall(r"[a-z0-9']+", text.casefold())
+    return {_stem(w) for w in words if w not in _CONTENT_STOP and not _NEGATION.fullmatch(w)}
+
+
+def _stem(word):
+    """'likes' -> 'like', 'uses' -> 'use': enough to compare a statement with its negation."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def _rule(old, new):
+    """Two general rules the training pairs hardly teach: a negated restatement, an announced change."""
+    if old.casefold().strip(" .") == new.casefold().strip(" ."):
+        return "DUPLICATE"
+    a, b = _content(old), _content(new)
+    if not a or not b:
+        return None
+    overlap = len(a & b) / min(len(a), len(b))
+    if bool(_NEGATION.search(old)) != bool(_NEGATION.search(new)) and overlap >= 0.8:
+        return "CONTRADICTS"  # "likes Rust" / "does not like Rust"
+    if _CHANGED.search(new) and not _CHANGED.search(old) and overlap >= 0.25:
+        return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale"
+    return None
+
+
 def classify(old, new, similarity=None):
     """CONTRADICTS, DUPLICATE or INDEPENDENT for a stored fact `old` and a new fact `new`.
 
     `similarity` is accepted for callers that already know it; the model computes its own.
     """
-    if old.casefold().strip(" .") == new.casefold().strip(" ."):
-        return "DUPLICATE"
-    return verdicts(new, [old])[0]
+    return _rule(old, new) or verdicts(new, [old])[0]
+
+
+def judge(new, olds):
+    """Verdicts for `new` against every stored fact: the rules where they apply, the model (one batch) for the rest."""
+    olds = list(olds)
+    ruled = [_rule(old, new) for old in olds]
+    rest = [old for old, r in zip(olds, ruled, strict=True) if r is None]
+    learned_verdicts = iter(verdicts(new, rest))
+    return [r or next(learned_verdicts) for r in ruled]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
-WEIGHTS_SHA256 = "de77648414d19f8c661a6a89dce3b66ee5a1dc56e1f822153201674b85353c00"
+WEIGHTS_SHA256 = "7422aa58baf52488c329c1c385b132eb0850817360bb2823682999011f84e515"
 KINDS = ("preference", "constraint", "profile", "goal")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 
