@@ -77,6 +77,23 @@ def _statement_clauses(text):
             yield clause, phrasing.from_subject(clause)
 
 
+_PLURAL = [
+    (re.compile(r"\bwe're\b", re.I), "I'm"),
+    (re.compile(r"\bwe've\b", re.I), "I've"),
+    (re.compile(r"\bwe'd\b", re.I), "I'd"),
+    (re.compile(r"\bwe are\b", re.I), "I am"),
+    (re.compile(r"\bwe\b", re.I), "I"),
+    (re.compile(r"\bour\b", re.I), "my"),
+    (re.compile(r"\bus\b"), "me"),
+]
+
+
+def _singular(stated):
+    for rx, repl in _PLURAL:
+        stated = rx.sub(repl, stated)
+    return stated
+
+
 def _phrase(stated):
     """A first-person clause as a third-person fact (a few wordings get a clearer form)."""
     stated = _RATHER.sub(lambda m: f"{m[1]} prefer to", stated)
@@ -102,9 +119,11 @@ def extract_facts(text):
             pending.append(stated)
     if pending:
         model = learned.model()
-        vectors = learned.vectors(pending)
-        keep = model.fact_probability(vectors, pending) >= model.fact_threshold
-        kinds = model.kinds(vectors, pending)
+        # The training data speaks of "I" only: the model reads "we use X" as "I use X".
+        seen_as = [_singular(s) for s in pending]
+        vectors = learned.vectors(seen_as)
+        keep = model.fact_probability(vectors, seen_as) >= model.fact_threshold
+        kinds = model.kinds(vectors, seen_as)
         for stated, kept, kind in zip(pending, keep, kinds, strict=True):
             # Fallback rule: a first-person constraint ("we can't use GPL code") is kept even when the
             # model, trained on chit-chat, is unsure: missing a constraint costs more than a spare fact.

@@ -16,8 +16,9 @@ QUESTION = re.compile(
 )
 # Someone else's words the user is quoting or pasting: never a fact about the user.
 REPORTED = re.compile(
-    r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me)\b\s*[:,]?\s*[\"“'‘]"
-    r"|\b(said|says|wrote|writes|reads|states|stated|replied)\s*:|\b(pasted|copied|quoting|forwarded)\b"
+    r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me|showed|shows|sent|posted)\b"
+    r"(\s+(me|us|this|that))?\s*[:,]?\s*[\"“'‘]"
+    r"|\b(said|says|wrote|writes|reads|states|stated|replied|showed|shows|sent|posted)(\s+(me|us|this|that))?\s*:|\b(pasted|copied|quoting|forwarded)\b"
     r"|\b(the|this|that|a) (page|email|e-mail|document|doc|ticket|message|website|site|article|pdf|file) "
     r"(said|says|reads|stated|states)\b",
     re.IGNORECASE,
@@ -43,6 +44,8 @@ _CLAUSE_BREAK = re.compile(
     r"|,?\s*and\s+(?=(?:i|we|my|our|i'm|we're)\b)",
     re.IGNORECASE,
 )
+# Hedging adverbs that change nothing about the fact: "I personally prefer tabs" -> "I prefer tabs".
+_HEDGES = re.compile(r"\b(personally|honestly|actually|basically|definitely|genuinely|frankly)\b,?\s*", re.IGNORECASE)
 _SUBJECT = re.compile(r"\b(i|we|my|our|i'm|we're|i've|we've|i'd|we'd)\b", re.IGNORECASE)
 
 
@@ -92,6 +95,8 @@ def candidates(text):
             if QUESTION.search(clause) or clause[0] in "\"“'‘":
                 continue
             stated = from_subject(clause)
+            if stated:
+                stated = _HEDGES.sub("", stated).strip()
             if stated and len(stated.split()) >= 2:
                 out.append(stated)
     return out
