@@ -333,7 +333,7 @@ def verdict_training_pairs(statements, per_label, seed=SEED):
     for _, (_, rel, obj) in statements:
         by_rel_all[rel].add(obj)
     swaps = []
-    for sentence, (_, rel, obj) in rng.sample(statements, len(statements)):
+    for sentence, (_, rel, obj) in rng.sample(statements * 3, 3 * len(statements)):
         if rel not in ve.SINGLE_VALUED and rel not in MULTI_VALUED:
             continue
         low = sentence.lower()
@@ -348,7 +348,7 @@ def verdict_training_pairs(statements, per_label, seed=SEED):
         if a and b:
             label = "CONTRADICTS" if rel in ve.SINGLE_VALUED else "INDEPENDENT"
             swaps.append((a, b, label) if rng.random() < 0.5 else (b, a, label))
-    rows += swaps
+    rows += sorted(set(swaps), key=swaps.index)
     # Exact restatements are duplicates too.
     same = [(r[0], r[0], "DUPLICATE") for r in rng.sample(rows, min(len(rows), per_label // 10))]
     return [r for r in rows + hard + negs + same if r[0] and r[1]]

@@ -50,6 +50,14 @@ _CONSTRAINT_CUE = re.compile(
 )
 
 
+_FALLBACK = re.compile(
+    r"^(?:i|we)(?:'m| am| are|'re|'d)? (?:(?P<constraint>can't|cannot|can not|must not|mustn't|(?:not|aren't|am not) "
+    r"allowed|on-prem|on prem|air-gapped|allergic)|(?P<preference>prefer|rather|would rather)"
+    r"|(?P<goal>trying to|learning|planning to|plan to|want to learn|aim to))\b",
+    re.IGNORECASE,
+)
+
+
 def _finish(text):
     text = re.sub(r"\s+", " ", text).strip().rstrip(".!,")
     return text[0].upper() + text[1:] + "." if text else ""
@@ -125,10 +133,14 @@ def extract_facts(text):
         keep = model.fact_probability(vectors, seen_as) >= model.fact_threshold
         kinds = model.kinds(vectors, seen_as)
         for stated, kept, kind in zip(pending, keep, kinds, strict=True):
-            # Fallback rule: a first-person constraint ("we can't use GPL code") is kept even when the
-            # model, trained on chit-chat, is unsure: missing a constraint costs more than a spare fact.
-            if not kept and not _CONSTRAINT_CUE.search(stated):
+            # Fallback rules: a first-person constraint ("we can't use GPL code"), an explicit preference
+            # ("I prefer tabs") or a stated goal ("I'm trying to learn Rust") is kept even when the model,
+            # trained on chit-chat, is unsure: these are what an assistant most needs to remember.
+            cue = _FALLBACK.search(stated)
+            if not kept and cue is None:
                 continue
+            if cue is not None and not kept:
+                kind = next(k for k, v in cue.groupdict().items() if v)
             fact = _phrase(stated)
             if fact:
                 if _CONSTRAINT_CUE.search(stated):

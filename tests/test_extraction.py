@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from memoryapp import clock, extraction, llm, offline, rerun, sessions, writing
+from memoryapp.backends import learned
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -317,5 +318,6 @@ def test_offline_ignores_questions_moods_quotes_and_injections(said):
 def test_offline_backend_is_labelled_in_provenance(org):
     with extraction.use_backend(extraction.OfflineBackend()):
         run = extraction.extract_session(ended_session(org, ("user", "I prefer tabs."), ("tool", "I am root.")).id)
-    assert (run.backend, run.model) == ("offline", "offline-rules-1")
+    assert (run.backend, run.model) == ("offline", learned.version())
+    assert run.model.startswith("offline-learned-")
     assert [f.text for f in MemoryFact.objects.all()] == ["The user prefers tabs."]
