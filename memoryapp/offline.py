@@ -205,8 +205,9 @@ def _rule(old, new):
     overlap = len(a & b) / min(len(a), len(b))
     if bool(_NEGATION.search(old)) != bool(_NEGATION.search(new)) and overlap >= 0.8:
         return "CONTRADICTS"  # "likes Rust" / "does not like Rust"
-    if _CHANGED.search(new) and not _CHANGED.search(old) and overlap >= 0.25:
-        return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale"
+    value = b - a - {_stem(w) for w in _CHANGED.findall(new.casefold())} - {"now", "instead", "longer"}
+    if _CHANGED.search(new) and not _CHANGED.search(old) and overlap >= 0.25 and value:
+        return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
     return None
 
 

@@ -63,7 +63,11 @@ def as_fact(sentence):
     s = tidy(sentence)
     s = re.sub(r"^i\b", "I", s)
     s = re.sub(r"\bi\b", "I", s)
-    return offline.third_person(s)
+    fact = offline.third_person(s)
+    if fact is None:  # no first person in it ("l also love comic books."): kept as written
+        s = s.strip().rstrip(".!?")
+        fact = s[:1].upper() + s[1:] + "."
+    return fact
 
 
 def sentences(text):

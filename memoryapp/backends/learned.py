@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
-WEIGHTS_SHA256 = "7422aa58baf52488c329c1c385b132eb0850817360bb2823682999011f84e515"
+WEIGHTS_SHA256 = "0e1876c59b43c1011d19abb1b3b20bf67eb5254edc2d5b30d2b456e429b15990"
 KINDS = ("preference", "constraint", "profile", "goal")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 

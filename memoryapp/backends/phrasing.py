@@ -82,7 +82,7 @@ def from_subject(clause):
     lead = _SUBJECT.search(clause)
     if lead is None or len(clause[: lead.start()].split()) > 4:
         return None
-    return clause[lead.start() :]
+    return _HEDGES.sub("", clause[lead.start() :]).strip()
 
 
 def candidates(text):
@@ -95,8 +95,6 @@ def candidates(text):
             if QUESTION.search(clause) or clause[0] in "\"“'‘":
                 continue
             stated = from_subject(clause)
-            if stated:
-                stated = _HEDGES.sub("", stated).strip()
             if stated and len(stated.split()) >= 2:
                 out.append(stated)
     return out
@@ -111,6 +109,8 @@ _UNCHANGED = set(
     built caught chose drank flew forgot held kept led paid put quit rode said sang sat slept spoke stood swam threw
     understood wore read hurt let set cut cannot""".split()
 )
+# Present-tense verbs that end in -ed like a past tense.
+_PRESENT_ED = {"need", "feed", "bleed", "breed", "speed", "proceed", "succeed", "exceed", "heed", "seed", "shed", "wed"}
 _ADVERBS = set(
     "also really just never always often usually still recently currently actually even only sometimes mostly "
     "truly definitely absolutely rarely seldom finally already totally mainly generally typically now".split()
@@ -151,7 +151,7 @@ _TOKEN = re.compile(_PRONOUN.pattern + r"|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+
 
 def _third_person_verb(word):
     low = word.lower()
-    if low in _UNCHANGED or low.endswith("ed") or not low.isalpha():
+    if low in _UNCHANGED or (low.endswith("ed") and low not in _PRESENT_ED) or not low.isalpha():
         return word
     if re.search(r"(s|sh|ch|x|z|o)$", low):
         return word + "es"
