@@ -6,38 +6,11 @@ from pathlib import Path
 
 from django.conf import settings
 
-from memoryapp import validation
+from memoryapp.backends.phrasing import third_person  # the one rewriter
 
 DEFAULT_DATASETS = Path(settings.BASE_DIR).parent / "shared" / "datasets"
 PERSONAS = "locomo/msc_personas_all.json"
 CONVERSATIONS = "locomo/locomo10.json"
-
-# Verbs after "I" that stay as they are in the third person (past tense, modals).
-_UNCHANGED = set(
-    """was had did could would should might must will can may shall used got went grew met made became took saw won
-    lost left ran bought began came drove ate fell felt found gave knew spent taught told thought wrote sold broke
-    built caught chose drank flew forgot held kept led paid put quit rode said sang sat slept spoke stood swam threw
-    understood wore read hurt let set cut cannot can't won't wouldn't couldn't didn't wasn't shouldn't""".split()
-)
-_IRREGULAR = {
-    "am": "is",
-    "have": "has",
-    "do": "does",
-    "go": "goes",
-    "don't": "doesn't",
-    "haven't": "hasn't",
-    "'m": "is",
-    "'ve": "has",
-    "'d": "would",
-    "'ll": "will",
-}
-_ADVERBS = set(
-    "also really just never always often usually still recently currently actually even only sometimes mostly "
-    "truly definitely absolutely rarely seldom finally already kind sort totally".split()
-)
-_THEY = {"am": "are", "was": "was", "'m": "are", "'ve": "have", "'d": "would", "'ll": "will"}
-_OPENERS = re.compile(r"^(hello|hi|hey|well|yes|yeah|no|oh|so|ok|okay|lol|haha|wow|sure)\b[,!.]?\s+", re.IGNORECASE)
-_TOKEN = re.compile(r"\b(I|my|My|me|Me|mine|myself|Myself)\b('m|'ve|'d|'ll)?|\w+(?:'\w+)?|[^\w\s]+|\s+")
 
 _CONSTRAINT = re.compile(
     r"\b(allerg\w*|vegan|vegetarian|gluten|lactose|kosher|halal|diabetic|sober|wheelchair|blind|deaf|"
@@ -54,75 +27,6 @@ _PREFERENCE = re.compile(
     r"\b(likes?|loves?|enjoys?|prefers?|favou?rite|hates?|dislikes?|fan of|into|adores?|can't stand|passionate)\b",
     re.IGNORECASE,
 )
-
-
-def _third_person_verb(word):
-    low = word.lower()
-    if low in _IRREGULAR:
-        return _IRREGULAR[low]
-    if low in _UNCHANGED or low.endswith("ed") or low.endswith("n't"):
-        return word
-    if re.search(r"(s|sh|ch|x|z|o)$", low):
-        return word + "es"
-    if re.search(r"[^aeiou]y$", low):
-        return word[:-1] + "ies"
-    return word + "s"
-
-
-def third_person(sentence):
-    """'I have two dogs.' -> 'The user has two dogs.'; None when it does not read as one fact."""
-    text = validation.normalise(sentence)
-    text = _OPENERS.sub("", text)
-    if not text:
-        return None
-    tokens = [m.group(0) for m in _TOKEN.finditer(text)]
-    out = []
-    named = False  # "the user" once, then "they"
-    conjugate = None  # how to inflect the next verb: "user" or "they"
-    for tok in tokens:
-        pronoun = re.fullmatch(r"(I|my|My|me|Me|mine|myself|Myself)('m|'ve|'d|'ll)?", tok)
-        if pronoun:
-            word, clitic = pronoun.group(1).lower(), pronoun.group(2)
-            if word == "i":
-                out.append("they" if named else "the user")
-                conjugate = "they" if named else "user"
-                named = True
-                if clitic:
-                    out.append(" " + (_THEY if conjugate == "they" else _IRREGULAR)[clitic])
-                    conjugate = None
-            elif word == "my":
-                out.append("their" if named else "the user's")
-                named = True
-            elif word in ("me", "myself"):
-                out.append("them" if word == "me" else "themselves")
-            else:
-                out.append("theirs")
-            continue
-        if conjugate and re.fullmatch(r"[A-Za-z']+", tok):
-            low = tok.lower()
-            if low in _ADVERBS or low in ("not", "n't"):
-                out.append(tok)
-                continue
-            if conjugate == "user":
-                out.append(_third_person_verb(tok))
-            else:
-                out.append(_THEY.get(low, tok))
-            conjugate = None
-            continue
-        if conjugate and not tok.isspace():
-            conjugate = None
-        out.append(tok)
-    result = "".join(out).strip()
-    if not named:
-        return None  # not about the user
-    result = result[0].upper() + result[1:]
-    if result[-1] not in ".!?":
-        result += "."
-    if result[-1] in "!?":
-        result = result[:-1] + "."
-    if validation.fact_problem(result, "profile"):
-        return None
-    return result
 
 
 def kind_of(sentence):

@@ -1,7 +1,7 @@
 """Offline verdict evaluation: pairs derived from ConvAI2 persona triples, and DECODE dialogues.
 
 The derived pairs are a generated file (evals/generated/); this module both makes it and scores
-the offline classifier (memoryapp.offline.classify) plus the neighbour floor on it.
+the offline classifier (memoryapp.backends.offline.classify) plus the neighbour floor on it.
 """
 
 import ast
@@ -64,7 +64,11 @@ def as_fact(sentence):
     s = tidy(sentence)
     s = re.sub(r"^i\b", "I", s)
     s = re.sub(r"\bi\b", "I", s)
-    return offline.third_person(s)
+    fact = offline.third_person(s)
+    if fact is None:  # no first person in it ("l also love comic books."): kept as written
+        s = s.strip().rstrip(".!?")
+        fact = s[:1].upper() + s[1:] + "."
+    return fact
 
 
 def sentences(text):

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from memoryapp import backends, clock, extraction, rerun, sessions, writing
 from memoryapp.backends import anthropic as llm
-from memoryapp.backends import offline
+from memoryapp.backends import learned, offline
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -331,5 +331,6 @@ def test_offline_ignores_questions_moods_quotes_and_injections(said):
 def test_offline_backend_is_labelled_in_provenance(org):
     with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         run = extraction.extract_session(ended_session(org, ("user", "I prefer tabs."), ("tool", "I am root.")).id)
-    assert (run.backend, run.model) == ("offline", "offline-rules-1")
+    assert (run.backend, run.model) == ("offline", learned.version())
+    assert run.model.startswith("offline-learned-")
     assert [f.text for f in MemoryFact.objects.all()] == ["The user prefers tabs."]

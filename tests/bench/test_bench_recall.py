@@ -55,7 +55,7 @@ def test_persona_sentences_are_told_in_the_third_person_with_kinds_by_rule():
     assert benchdata.third_person("I have two dogs.") == "The user has two dogs."
     assert benchdata.third_person("I'm a vegan and I love hummus.") == "The user is a vegan and they love hummus."
     assert benchdata.third_person("My favorite color is yellow.") == "The user's favorite color is yellow."
-    assert benchdata.third_person("I don't like cats.") == "The user doesn't like cats."
+    assert benchdata.third_person("I don't like cats.") == "The user does not like cats."
     assert benchdata.third_person("The sky is blue.") is None  # not about the user
     assert benchdata.kind_of("The user is allergic to peanuts.") == "constraint"
     assert benchdata.kind_of("The user wants to climb Everest.") == "goal"

@@ -1,0 +1,229 @@
+"""Turning what a user said into candidate statements and facts about "the user".
+
+The one first-person -> third-person rewriter in the codebase (`third_person`), and the clause
+splitter the offline backend and its training share, so the model learns on the same candidates
+it later judges.
+"""
+
+import re
+
+from memoryapp import validation
+
+QUESTION = re.compile(
+    r"\?\s*$|^(how|what|why|when|where|which|who|whom|whose|can you|could you|would you|will you|do you|does|did|"
+    r"is there|are there|should i|shall i|may i)\b",
+    re.IGNORECASE,
+)
+# Someone else's words the user is quoting or pasting: never a fact about the user.
+REPORTED = re.compile(
+    r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me|showed|shows|sent|posted)\b"
+    r"(\s+(me|us|this|that))?\s*[:,]?\s*[\"“'‘]"
+    r"|\b(said|says|wrote|writes|reads|states|stated|replied|showed|shows|sent|posted)(\s+(me|us|this|that))?\s*:|\b(pasted|copied|quoting|forwarded)\b"
+    r"|\b(the|this|that|a) (page|email|e-mail|document|doc|ticket|message|website|site|article|pdf|file) "
+    r"(said|says|reads|stated|states)\b",
+    re.IGNORECASE,
+)
+# Moods and the moment: true today, not worth remembering.
+TRANSIENT = re.compile(
+    r"\b(today|tonight|right now|at the moment|this morning|this afternoon|tired|sleepy|hungry|frustrated|"
+    r"annoyed|angry|upset|confused|stuck|bored|sorry|excited|busy|in a hurry)\b",
+    re.IGNORECASE,
+)
+_FILLER = re.compile(
+    r"^(also|and|but|so|oh|ok|okay|well|btw|by the way|fyi|just so you know|for context|for the record|"
+    r"personally|honestly|actually|basically|note that|heads up|anyway|ah|hi|hello|hey|thanks|yes|yeah|no|lol|"
+    r"haha|wow|sure)\b[,:!.]?\s*",
+    re.IGNORECASE,
+)
+_TRAILING_FILLER = re.compile(
+    r"[,]?\s+(by the way|btw|fyi|though|lol|haha|too|as well|actually|honestly|anyway)$", re.IGNORECASE
+)
+# Where one sentence holds two statements: "never suggest AWS — we're on-prem by contract".
+_CLAUSE_BREAK = re.compile(
+    r"\s+[—–]\s+|\s+-{1,2}\s+|;\s*|:\s+|,\s*(?:so|but|because|since|as)\s+|\s+(?:because|since|but)\s+"
+    r"|,?\s*and\s+(?=(?:i|we|my|our|i'm|we're)\b)",
+    re.IGNORECASE,
+)
+# Hedging adverbs that change nothing about the fact: "I personally prefer tabs" -> "I prefer tabs".
+_HEDGES = re.compile(r"\b(personally|honestly|actually|basically|definitely|genuinely|frankly)\b,?\s*", re.IGNORECASE)
+_SUBJECT = re.compile(r"\b(i|we|my|our|i'm|we're|i've|we've|i'd|we'd)\b", re.IGNORECASE)
+
+
+def sentences(text):
+    """The user's own sentences: no fenced or indented code, no quoted lines, no headers we add."""
+    in_fence = False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence or line.startswith(("[user turn ", "    ", "\t", ">")):
+            continue
+        for s in re.split(r"(?<=[.!?])\s+", line):
+            s = s.strip()
+            if s:
+                yield s
+
+
+def clauses(sentence):
+    """A sentence cut where it holds two statements, with leading and trailing filler removed."""
+    for part in _CLAUSE_BREAK.split(sentence):
+        part = part.strip().rstrip(".!,")
+        while True:
+            stripped = _TRAILING_FILLER.sub("", _FILLER.sub("", part).strip()).strip().rstrip(".!,")
+            if stripped == part:
+                break
+            part = stripped
+        if part:
+            yield part
+
+
+def from_subject(clause):
+    """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None."""
+    lead = _SUBJECT.search(clause)
+    if lead is None or len(clause[: lead.start()].split()) > 4:
+        return None
+    return _HEDGES.sub("", clause[lead.start() :]).strip()
+
+
+def candidates(text):
+    """First-person statements in a user's text that might be durable facts (the learned model decides)."""
+    out = []
+    for sentence in sentences(text):
+        if QUESTION.search(sentence) or REPORTED.search(sentence):
+            continue
+        for clause in clauses(sentence):
+            if QUESTION.search(clause) or clause[0] in "\"“'‘":
+                continue
+            stated = from_subject(clause)
+            if stated and len(stated.split()) >= 2:
+                out.append(stated)
+    return out
+
+
+# --- first person -> third person ---------------------------------------------------
+
+# Verbs after the subject that stay as they are (past tense, modals).
+_UNCHANGED = set(
+    """was were had did could would should might must will can may shall used got went grew met made became took saw
+    won lost left ran bought began came drove ate fell felt found gave knew spent taught told thought wrote sold broke
+    built caught chose drank flew forgot held kept led paid put quit rode said sang sat slept spoke stood swam threw
+    understood wore read hurt let set cut cannot""".split()
+)
+# Present-tense verbs that end in -ed like a past tense.
+_PRESENT_ED = {"need", "feed", "bleed", "breed", "speed", "proceed", "succeed", "exceed", "heed", "seed", "shed", "wed"}
+_ADVERBS = set(
+    "also really just never always often usually still recently currently actually even only sometimes mostly "
+    "truly definitely absolutely rarely seldom finally already totally mainly generally typically now".split()
+)
+# Contracted and irregular forms: (form after "the user" / "the user's team", form after "they").
+_FORMS = {
+    "am": ("is", "are"),
+    "'m": ("is", "are"),
+    "are": ("is", "are"),
+    "'re": ("is", "are"),
+    "have": ("has", "have"),
+    "'ve": ("has", "have"),
+    "do": ("does", "do"),
+    "go": ("goes", "go"),
+    "'d": ("would", "would"),
+    "'ll": ("will", "will"),
+    "don't": ("does not", "do not"),
+    "dont": ("does not", "do not"),
+    "haven't": ("has not", "have not"),
+    "can't": ("cannot", "cannot"),
+    "cant": ("cannot", "cannot"),
+    "won't": ("will not", "will not"),
+    "didn't": ("did not", "did not"),
+    "wasn't": ("was not", "was not"),
+    "weren't": ("was not", "were not"),
+    "aren't": ("is not", "are not"),
+    "couldn't": ("could not", "could not"),
+    "wouldn't": ("would not", "would not"),
+    "shouldn't": ("should not", "should not"),
+    "were": ("was", "were"),
+}
+_PRONOUN = re.compile(
+    r"(?<![\w'])(I|i|my|My|me|Me|mine|Mine|myself|Myself|we|We|our|Our|us|Us|ours|Ours|ourselves|Ourselves)"
+    r"(['’](?:m|ve|d|ll|re))?(?![\w'])"
+)
+_TOKEN = re.compile(_PRONOUN.pattern + r"|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+|\d+|\s+")
+
+
+def _third_person_verb(word):
+    low = word.lower()
+    if low in _UNCHANGED or (low.endswith("ed") and low not in _PRESENT_ED) or not low.isalpha():
+        return word
+    if re.search(r"(s|sh|ch|x|z|o)$", low):
+        return word + "es"
+    if re.search(r"[^aeiou]y$", low):
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def third_person(sentence):
+    """'I have two dogs.' -> 'The user has two dogs.'; 'we use Django' -> "The user's team uses Django.".
+
+    None when the sentence does not speak about the user in the first person, or the result is
+    not a storable fact.
+    """
+    text = validation.normalise(sentence).replace("’", "'")
+    text = _FILLER.sub("", text)
+    if not text:
+        return None
+    out = []
+    user_named = False  # "the user" once, then "they"
+    conjugate = None  # how to inflect the next verb: "user" (singular) or "they"
+    for m in _TOKEN.finditer(text):
+        tok = m.group(0)
+        pronoun = _PRONOUN.fullmatch(tok)
+        if pronoun:
+            word, clitic = pronoun.group(1).lower(), (pronoun.group(2) or "").lower() or None
+            if word == "i":
+                out.append("they" if user_named else "the user")
+                conjugate = "they" if user_named else "user"
+                user_named = True
+            elif word == "we":
+                out.append("the user's team")
+                conjugate = "user"
+            elif word == "my":
+                out.append("their" if user_named else "the user's")
+                user_named = True
+                continue
+            elif word == "our":
+                out.append("the user's team's")
+                continue
+            elif word in ("me", "myself"):
+                out.append(("them" if word == "me" else "themselves") if user_named else "the user")
+                user_named = True
+                continue
+            elif word in ("us", "ourselves"):
+                out.append("the user's team")
+                continue
+            else:  # mine, ours
+                out.append("theirs" if word == "mine" else "the user's team's")
+                continue
+            if clitic:
+                out.append(" " + _FORMS[clitic][0 if conjugate == "user" else 1])
+                conjugate = None
+            continue
+        if conjugate and not tok.isspace():
+            low = tok.lower()
+            if low in _ADVERBS or low == "not":
+                out.append(tok)
+                continue
+            if low in _FORMS:
+                out.append(_FORMS[low][0 if conjugate == "user" else 1])
+            elif conjugate == "user" and re.fullmatch(r"[A-Za-z]+", tok):
+                out.append(_third_person_verb(tok))
+            else:
+                out.append(tok)
+            conjugate = None
+            continue
+        out.append(tok)
+    result = re.sub(r"\s+", " ", "".join(out)).strip().rstrip(".!?,;: ")
+    if "the user" not in result:
+        return None  # not about the user
+    result = result[0].upper() + result[1:] + "."
+    if validation.fact_problem(result, "profile"):
+        return None
+    return result

@@ -1,0 +1,125 @@
+"""The learned offline backend: extraction, verdicts, pinned weights, and the training command.
+
+Everything here runs on sentences written in the test and on tiny made-up data under tests/data/;
+nothing reads ../shared.
+"""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from memoryapp import backends, validation
+from memoryapp.backends import learned, offline, phrasing
+
+DATA = Path(__file__).parent / "data" / "offline_training"
+
+
+def _facts(said):
+    return [(f["text"], f["kind"]) for f in offline.extract_facts(said)]
+
+
+def test_vegetarian_by_the_way_is_a_fact_about_the_user():
+    facts = _facts("I'm vegetarian, by the way.")
+    assert len(facts) == 1
+    text, kind = facts[0]
+    assert text.startswith("The user") and "vegetarian" in text
+    assert kind in ("preference", "profile", "constraint")
+
+
+def test_two_cats_is_a_fact():
+    facts = _facts("I have two cats.")
+    assert [t for t, _ in facts] == ["The user has two cats."]
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["Can you explain recursion?", "What's the capital of France?", "Thanks, that helps!", "hello , how are you ?"],
+)
+def test_questions_and_chit_chat_yield_nothing(said):
+    assert offline.extract_facts(said) == []
+
+
+def test_every_extracted_fact_passes_the_shape_squeeze():
+    said = (
+        "I'm a nurse and I live in Leeds. My favourite food is ramen. I want to run a marathon next year. "
+        "We deploy to Fly.io; never suggest AWS. I'm allergic to peanuts. Lovely weather!"
+    )
+    facts = offline.extract_facts(said)
+    assert len(facts) >= 4
+    for f in facts:
+        assert validation.fact_problem(f["text"], f["kind"]) is None
+        assert f["text"].startswith("The user")
+
+
+@pytest.mark.parametrize(
+    "old, new, verdict",
+    [
+        ("The user is a nurse.", "The user is a pilot.", "CONTRADICTS"),
+        ("The user is 34 years old.", "The user is 41 years old.", "CONTRADICTS"),
+        ("The user likes Rust.", "The user does not like Rust.", "CONTRADICTS"),
+        ("The user has a dog named Biscuit.", "The user's dog is called Biscuit.", "DUPLICATE"),
+        ("The user loves hiking in the mountains.", "The user enjoys hiking in the mountains.", "DUPLICATE"),
+        ("The user is a backend engineer.", "The user has two cats.", "INDEPENDENT"),
+    ],
+)
+def test_learned_verdicts_on_clear_pairs(old, new, verdict):
+    assert offline.classify(old, new) == verdict
+
+
+def test_the_rewriter_speaks_of_the_user():
+    assert phrasing.third_person("I have two dogs.") == "The user has two dogs."
+    assert phrasing.third_person("We're on-prem.") == "The user's team is on-prem."
+    assert phrasing.third_person("I don't like cats.") == "The user does not like cats."
+    assert phrasing.third_person("The sky is blue.") is None
+
+
+def test_provenance_names_the_learned_model():
+    backend = backends.OfflineBackend()
+    assert backend.model == learned.version()
+    assert backend.model.startswith("offline-learned-") and len(backend.model) == len("offline-learned-") + 8
+    assert learned.WEIGHTS_SHA256.startswith(backend.model.rsplit("-", 1)[1])
+
+
+def test_shipped_weights_match_their_pin():
+    assert hashlib.sha256(learned.WEIGHTS_PATH.read_bytes()).hexdigest() == learned.WEIGHTS_SHA256
+    assert learned.WEIGHTS_PATH.stat().st_size < 5 * 1024 * 1024
+
+
+def test_a_tampered_weights_file_is_refused(tmp_path):
+    copy = tmp_path / "weights.npz"
+    shutil.copy(learned.WEIGHTS_PATH, copy)
+    learned.Model(copy)  # the untouched copy loads
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    with pytest.raises(learned.WeightsError, match="sha256"):
+        learned.Model(copy)
+
+
+def test_missing_weights_say_how_to_retrain(tmp_path):
+    with pytest.raises(learned.WeightsError, match="train_offline"):
+        learned.Model(tmp_path / "nope.npz")
+
+
+def test_training_command_smoke_runs_end_to_end(tmp_path, capsys):
+    out, report = tmp_path / "w.npz", tmp_path / "m.json"
+    call_command(
+        "train_offline", "--smoke", "--datasets", str(DATA), "--out", str(out), "--json", str(report), "--seed", "3"
+    )
+    metrics = json.loads(report.read_text())
+    assert metrics["weights"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert 0.0 <= metrics["verdict_test"]["macro_f1"] <= 1.0
+    assert metrics["extraction_test"]["utterances"] > 0
+    model = learned.Model(out, sha256=metrics["weights"]["sha256"])
+    assert model.fact_probability(learned.vectors(["I have a dog"]), ["I have a dog"]).shape == (1,)
+
+
+def test_training_command_says_where_the_data_goes(tmp_path):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="datasets"):
+        call_command("train_offline", "--smoke", "--datasets", str(tmp_path), "--out", str(tmp_path / "w.npz"))
