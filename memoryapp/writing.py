@@ -79,7 +79,13 @@ def _actor_for(origin):
         MemoryFact.Origin.USER: FactEvent.Actor.USER,
         MemoryFact.Origin.ORG_ADMIN: FactEvent.Actor.ORG_ADMIN,
         MemoryFact.Origin.STAFF: FactEvent.Actor.STAFF,
+        MemoryFact.Origin.AGENT: FactEvent.Actor.AGENT,
+        MemoryFact.Origin.MCP: FactEvent.Actor.MCP,
     }[origin]
+
+
+# Facts a person wrote or approved themselves: what an extractor or an agent writes never overrides them.
+PERSON_ORIGINS = (MemoryFact.Origin.USER, MemoryFact.Origin.STAFF, MemoryFact.Origin.ORG_ADMIN)
 
 
 def store_fact(
@@ -96,11 +102,13 @@ def store_fact(
     judge=None,
     usage=None,
     vector=None,
+    reason="",
 ):
     """Write one fact with supersession: confirm a duplicate, supersede what it contradicts, else insert.
 
     Personal facts when `org` is None, otherwise a fact in that org's tier. The caller must hold
     the user's (or org's) lock; this function takes it too, which is harmless inside one transaction.
+    `reason` goes on the audit events it writes (for an agent's write: which key).
     """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)
@@ -142,16 +150,19 @@ def store_fact(
             )
             duplicate.refresh_from_db()
             record_event(
-                duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session
+                duplicate,
+                FactEvent.Action.CONFIRMED,
+                _actor_for(origin),
+                actor_user=added_by,
+                session=session,
+                reason=reason,
             )
             result.outcome, result.fact = "confirmed", duplicate
             return result
 
         contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
-        if origin == MemoryFact.Origin.EXTRACTED:
-            protected = [
-                n for n in contradicted if n.origin != MemoryFact.Origin.EXTRACTED and not _newer_statement(session, n)
-            ]
+        if origin not in PERSON_ORIGINS:
+            protected = [n for n in contradicted if n.origin in PERSON_ORIGINS and not _newer_statement(session, n)]
             if protected:
                 # A person's own correction stands until they say something newer themselves.
                 result.outcome, result.fact = "held", protected[0]
@@ -176,9 +187,10 @@ def store_fact(
             created_at=now,
             last_confirmed_at=now,
         )
-        record_event(fact, FactEvent.Action.CREATED, _actor_for(origin), actor_user=added_by, session=session)
+        actor = _actor_for(origin)
+        record_event(fact, FactEvent.Action.CREATED, actor, actor_user=added_by, session=session, reason=reason)
         for old in contradicted:
-            supersede(old, fact, reason="contradicts", actor=_actor_for(origin), actor_user=added_by, session=session)
+            supersede(old, fact, reason="contradicts", actor=actor, actor_user=added_by, session=session, note=reason)
         result.fact, result.superseded = fact, contradicted
         return result
 
@@ -192,21 +204,35 @@ def _newer_statement(session, fact):
     return Turn.objects.filter(session=session, role=Turn.Role.USER, created_at__gt=fact.created_at).exists()
 
 
-def supersede(old, new, *, reason, actor, actor_user=None, session=None):
-    """Mark `old` as replaced by `new`; the row stays for audit."""
+def supersede(old, new, *, reason, actor, actor_user=None, session=None, note=""):
+    """Mark `old` as replaced by `new`; the row stays for audit (`note` adds who, e.g. which key)."""
     now = clock.now()
     updated = MemoryFact.objects.filter(id=old.id, superseded_at__isnull=True).update(
         superseded_at=now, superseded_by=new, supersede_reason=reason
     )
     if updated:
         record_event(
-            old, FactEvent.Action.SUPERSEDED, actor, actor_user=actor_user, session=session, related=new, reason=reason
+            old,
+            FactEvent.Action.SUPERSEDED,
+            actor,
+            actor_user=actor_user,
+            session=session,
+            related=new,
+            reason=f"{reason}; {note}" if note else reason,
         )
     return bool(updated)
 
 
-def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER):
-    """A person's correction: a new fact of their own that supersedes `fact`."""
+def is_unchanged(fact, text, kind):
+    """The correction would store the same text and kind again."""
+    return validation.normalise(text) == fact.text and kind == fact.kind
+
+
+def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
+    """A correction (by the person, or an agent for them): a new version that supersedes `fact`.
+
+    `note` is added to the audit events (for an agent: which key).
+    """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)
     if problem:
@@ -238,8 +264,15 @@ def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER)
             confirmation_count=1,
         )
         actor = _actor_for(origin)
-        record_event(new, FactEvent.Action.CORRECTED, actor, actor_user=actor_user, related=fact, reason="correction")
-        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user)
+        record_event(
+            new,
+            FactEvent.Action.CORRECTED,
+            actor,
+            actor_user=actor_user,
+            related=fact,
+            reason=f"correction; {note}" if note else "correction",
+        )
+        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user, note=note)
         return new
 
 
