@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
@@ -11,6 +12,11 @@ from django.test import Client, override_settings
 from bench.common import stop_processes
 from memoryapp import backends, clock, sessions
 from memoryapp.models import Membership, Organization
+
+# The Python client (clients/python) is importable by the tests without installing it.
+_CLIENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "clients", "python")
+if _CLIENT not in sys.path:
+    sys.path.insert(0, _CLIENT)
 
 
 @pytest.fixture(autouse=True)
