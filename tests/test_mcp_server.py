@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.common import stop_processes
 from memoryapp import embeddings, sessions, writing
-from memoryapp.models import FactEvent, MemoryFact, Organization
+from memoryapp.models import AgentSession, FactEvent, MemoryFact, Organization
 from tests.conftest import BASE_DIR, worker_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,9 +132,15 @@ def test_tools_are_described_with_input_schemas(mcp_url, world):
 
 
 def test_remember_recall_explain_correct_and_forget_over_http(mcp_url, world):
+    agent_session = sessions.open_session(world["acme"], world["alice"])
+
     async def steps(session):
         made = _data(await session.call_tool("remember_fact", {"user": "alice", "text": VEG, "kind": "constraint"}))
         block = _data(await session.call_tool("recall_memory", {"user": "alice", "message": "dinner ideas?"}))
+        in_session = {"user": "alice", "message": "dinner?", "session_id": str(agent_session.id)}
+        assert _data(await session.call_tool("recall_memory", in_session)) == block
+        bogus = await session.call_tool("recall_memory", {**in_session, "session_id": "not-a-session"})
+        assert _error(bogus).startswith("not_found")
         listed = _data(await session.call_tool("list_facts", {"user": "alice"}))
         found = _data(await session.call_tool("search_facts", {"user": "alice", "query": "vegetarian"}))
         why = _data(await session.call_tool("explain_fact", {"fact_id": made["fact"]["id"]}))
@@ -156,6 +162,9 @@ def test_remember_recall_explain_correct_and_forget_over_http(mcp_url, world):
     assert VEG in resource.contents[0].text
     assert fixed["changed"] is True and fixed["replaced"] == made["fact"]["id"]
     assert gone == {"deleted": 2}
+    # The session kept its block; forgetting scrubbed the fact's text out of that copy too.
+    stored = AgentSession.objects.get(id=agent_session.id).memory_block
+    assert VEG not in stored and "[deleted]" in stored
     assert not MemoryFact.objects.exists()
     assert FactEvent.objects.get(action="deleted").actor == "mcp"
 
