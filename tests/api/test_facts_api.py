@@ -4,6 +4,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 
 from memoryapp import clock, embeddings, extraction, sessions, writing
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, RecallLog
@@ -299,3 +300,12 @@ def test_the_persons_page_says_the_assistant_added_it(api, alice, scripted, clie
 def test_a_misspelt_filter_is_422_rather_than_everything(api, alice):
     r = api.get("/v1/users/alice/facts?sate=all")
     assert r.status_code == 422 and r.json()["error"]["field"] == "sate"
+
+
+def test_support_console_shows_which_agent_key_wrote_it(api, alice, scripted, make_user):
+    made = api.post("/v1/users/alice/facts", {"text": DOG, "kind": "profile"}).json()["fact"]
+    staff = make_user("sam", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    page = client.get(f"/console/facts/{made['id']}/").content.decode()
+    assert "Agent (API)" in page and "API key &#x27;test&#x27;" in page
