@@ -142,7 +142,8 @@ def session_for(org, user, session_id):
 def remember(user, text, kind, *, api_key, via="api", session=None):
     """An agent's explicit "remember this": validated, filtered and superseded like an extracted fact.
 
-    Runs no model call inside a transaction: store_fact embeds and judges before it locks.
+    Opens no transaction of its own: where the verdict call runs relative to the lock is store_fact's
+    business (being restructured so the call happens before the lock), and this picks that up unchanged.
     """
     if not writing.memory_enabled(user) or (session is not None and not writing.memory_allowed(session)):
         raise MemoryOff()
