@@ -6,15 +6,14 @@
 
 With ANTHROPIC_API_KEY set it talks to Claude through the anthropic SDK; without it, it prints the system
 prompt it would have sent (stable blocks with the cache breakpoint, then the memory block) and records only
-your turns. It needs nothing but the standard library unless it calls Claude.
+your turns. It needs the memoryapp client (pip install ./clients/python), and the anthropic SDK to call Claude.
 """
 
 import argparse
-import json
 import os
 import sys
-import urllib.error
-import urllib.request
+
+from memoryapp_client import MemoryappError, MemoryClient
 
 INSTRUCTIONS = (
     "You are a helpful, concise engineering assistant. Give concrete, practical answers. "
@@ -23,50 +22,23 @@ INSTRUCTIONS = (
 TOOL_GUIDANCE = "You have no tools in this example. If you would need one, say what you would look up instead."
 
 
-class ApiError(RuntimeError):
-    pass
-
-
 class MemoryApi:
-    """The four calls an agent makes: open a session, assemble the prompt, append turns, end the session."""
+    """The four calls an agent makes, through the memoryapp client: open, assemble the prompt, append, end."""
 
     def __init__(self, base_url, key, timeout=30):
-        self.base = base_url.rstrip("/") + "/api/v1"
-        self.key = key
-        self.timeout = timeout
-
-    def _call(self, method, path, payload=None):
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(
-            self.base + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                message = json.loads(exc.read())["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = exc.reason
-            raise ApiError(f"{method} {path}: {exc.code} {message}") from None
-        except urllib.error.URLError as exc:
-            raise ApiError(f"cannot reach memoryapp at {self.base}: {exc.reason}") from None
+        self.client = MemoryClient(base_url, key, timeout=timeout)
 
     def open_session(self, user, memory="on"):
-        return self._call("POST", "/sessions", {"user": user, "memory": memory})["id"]
+        return str(self.client.open_session(user, memory).id)
 
     def system_prompt(self, session, message):
-        payload = {"session": session, "message": message, "instructions": INSTRUCTIONS, "tool_guidance": TOOL_GUIDANCE}
-        return self._call("POST", "/prompt", payload)["system"]
+        return self.client.prompt(session, message, instructions=INSTRUCTIONS, tool_guidance=TOOL_GUIDANCE)
 
     def add_turns(self, session, turns):
-        return self._call("POST", f"/sessions/{session}/turns", {"turns": turns})
+        return self.client.add_turns(session, turns)
 
     def end_session(self, session):
-        return self._call("POST", f"/sessions/{session}/end")
+        return {"status": self.client.end_session(session)}
 
 
 def claude_client():
@@ -139,7 +111,7 @@ def main(argv=None, client=None, out=sys.stdout):
     messages = args.message if args.message else _typed_messages()
     try:
         chat(api, args.user, messages, client=client or claude_client(), model=args.model, memory=args.memory, out=out)
-    except ApiError as exc:
+    except MemoryappError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     return 0

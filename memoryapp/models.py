@@ -112,6 +112,18 @@ class ApiKeyQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True)
 
 
+class Scope(models.TextChoices):
+    """What an API key may do: read memory, write it (sessions, turns, facts), erase people."""
+
+    READ = "read"
+    WRITE = "write"
+    ERASE = "erase"
+
+
+def all_scopes():
+    return [s.value for s in Scope]
+
+
 class ApiKey(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100)
@@ -120,11 +132,17 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=clock.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Existing keys and keys created without a choice may do everything; an org narrows a key by hand.
+    scopes = ArrayField(models.CharField(max_length=5, choices=Scope.choices), default=all_scopes)
 
     objects = ApiKeyQuerySet.as_manager()
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+    def allows(self, scope):
+        """The key carries `scope`."""
+        return scope in (self.scopes or [])
 
 
 class AgentSessionQuerySet(models.QuerySet):
@@ -280,6 +298,21 @@ class MemoryFactQuerySet(models.QuerySet):
     def live(self):
         return self.filter(superseded_at__isnull=True, expired_at__isnull=True)
 
+    def known_to(self, org):
+        """Personal facts of the people `org` knows by an external id (what its API keys may reach)."""
+        people = ExternalIdentity.objects.filter(org=org).values("user_id")
+        return self.filter(scope=MemoryFact.Scope.PERSONAL, user_id__in=people)
+
+    def in_state(self, state):
+        """live | superseded | expired | all (expired means expired and not superseded)."""
+        if state == "live":
+            return self.live()
+        if state == "superseded":
+            return self.filter(superseded_at__isnull=False)
+        if state == "expired":
+            return self.filter(superseded_at__isnull=True, expired_at__isnull=False)
+        return self
+
     def for_model(self, model_name):
         return self.filter(embedding_model=model_name)
 
@@ -303,6 +336,8 @@ class MemoryFact(models.Model):
         USER = "user"
         ORG_ADMIN = "org_admin"
         STAFF = "staff"
+        AGENT = "agent", "Agent (API)"  # an explicit "remember this" through the agent API
+        MCP = "mcp", "Agent (MCP)"  # the same, through the MCP server
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Personal facts belong to a user; org facts to an organisation (user is NULL).
@@ -440,6 +475,8 @@ class FactEvent(models.Model):
         STAFF = "staff"
         ORG_ADMIN = "org_admin"
         FORGETTING = "forgetting"
+        AGENT = "agent", "Agent (API)"  # an API key through the agent API; the reason names the key
+        MCP = "mcp", "Agent (MCP)"  # an API key through the MCP server; the reason names the key
 
     # fact_id is not a foreign key: a deletion event outlives the fact it records.
     fact_id = models.UUIDField(null=True, blank=True)

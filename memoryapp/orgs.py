@@ -22,6 +22,7 @@ from memoryapp.models import (
     MemorySettings,
     Organization,
     OrgFactProposal,
+    Scope,
 )
 
 ORG_ADMIN = MemoryFact.Origin.ORG_ADMIN
@@ -351,14 +352,17 @@ def api_keys(org):
     return list(ApiKey.objects.filter(org=org).order_by("revoked_at", "-created_at"))
 
 
-def create_key(org, name):
-    """A new API key: returns (ApiKey, the key), the key to be shown once."""
+def create_key(org, name, scopes):
+    """A new API key with these scopes: returns (ApiKey, the key), the key to be shown once."""
     name = " ".join((name or "").split())
     if not name:
         raise OrgError("Give the key a name, so you can tell it apart later.")
     if len(name) > KEY_NAME_MAX:
         raise OrgError(f"A key name is at most {KEY_NAME_MAX} characters.")
-    return sessions.create_api_key(org, name)
+    chosen = [s for s in Scope.values if s in set(scopes or ())]
+    if not chosen or len(chosen) != len(set(scopes)):
+        raise OrgError("Choose what the key may do: read, write, erase (at least one).")
+    return sessions.create_api_key(org, name, chosen)
 
 
 def revoke_key(api_key):

@@ -2,6 +2,7 @@
 
 import time
 
+from django.conf import settings
 from django.core.cache import cache
 
 
@@ -24,3 +25,8 @@ def hit(bucket, limit, window=60):
             cache.add(key, 1, timeout=window + 1)
             count = 1
     return count <= limit, start + window - now
+
+
+def hit_key(api_key):
+    """Count one call made with `api_key` against its per-minute limit; returns (allowed, retry_after)."""
+    return hit(f"api-key:{api_key.id}", settings.MEMORY["API_RATE_PER_MINUTE"])

@@ -315,3 +315,11 @@ def assemble_system(instructions, tool_guidance, memory_block):
     if memory_block:
         blocks.append({"type": "text", "text": memory_block})
     return blocks
+
+
+def preview(user, org, message):
+    """The block a new session would get for `message` now; nothing is stored, marked or logged."""
+    if not writing.memory_enabled(user):
+        return RecallResult(block="")
+    chosen = in_block_order(select(user.id, message, org=getattr(org, "id", org)))
+    return RecallResult(block=render(chosen, org if any(s.tier == "org" for s in chosen) else None), facts=chosen)

@@ -11,8 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
 from memoryapp import clock, extraction, writing
-from memoryapp.celery import app
-from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Turn
+from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Turn, all_scopes
 
 EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 QUEUE_LEASE = timedelta(minutes=2)
@@ -34,10 +33,12 @@ def hash_key(key):
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_api_key(org, name):
-    """A new key for `org`: returns (ApiKey, the key itself, shown once and never stored)."""
+def create_api_key(org, name, scopes=None):
+    """A new key for `org` (all scopes unless narrowed): returns (ApiKey, the key, shown once and never stored)."""
     key = "mem_" + secrets.token_urlsafe(32)
-    api_key = ApiKey.objects.create(org=org, name=name, prefix=key[:12], key_hash=hash_key(key))
+    api_key = ApiKey.objects.create(
+        org=org, name=name, prefix=key[:12], key_hash=hash_key(key), scopes=list(scopes or all_scopes())
+    )
     return api_key, key
 
 
@@ -126,8 +127,12 @@ def add_turns(session, turns):
 
 def enqueue_extraction(session_id):
     """Queue the session's extraction once the current transaction commits."""
-    # Looked up by name: memoryapp.tasks imports this module, so importing it here would be a cycle.
-    app.tasks["memoryapp.extract_session"].delay_on_commit(str(session_id))
+    # Imported here, not at the top: memoryapp.tasks imports this module. Importing it (rather than
+    # only looking the task up by name) registers it in processes that never loaded it otherwise,
+    # such as the MCP server or a test that ends a session before any request.
+    from memoryapp import tasks
+
+    tasks.extract_session.delay_on_commit(str(session_id))
 
 
 def end_session(session, reason=AgentSession.EndReason.EXPLICIT):

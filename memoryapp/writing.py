@@ -118,6 +118,8 @@ def _actor_for(origin):
         MemoryFact.Origin.USER: FactEvent.Actor.USER,
         MemoryFact.Origin.ORG_ADMIN: FactEvent.Actor.ORG_ADMIN,
         MemoryFact.Origin.STAFF: FactEvent.Actor.STAFF,
+        MemoryFact.Origin.AGENT: FactEvent.Actor.AGENT,
+        MemoryFact.Origin.MCP: FactEvent.Actor.MCP,
     }[origin]
 
 
@@ -136,6 +138,10 @@ def _same_neighbours(a, b):
     return [(n.id, n.text) for n in a] == [(n.id, n.text) for n in b]
 
 
+# Facts a person wrote or approved themselves: what an extractor or an agent writes never overrides them.
+PERSON_ORIGINS = (MemoryFact.Origin.USER, MemoryFact.Origin.STAFF, MemoryFact.Origin.ORG_ADMIN)
+
+
 def store_fact(
     user,
     text,
@@ -152,6 +158,7 @@ def store_fact(
     vector=None,
     claim=None,
     after=None,
+    reason="",
 ):
     """Write one fact with supersession: confirm a duplicate, supersede what it contradicts, else insert.
 
@@ -159,8 +166,9 @@ def store_fact(
     called with no transaction open and no lock held; the result is applied in one short
     transaction under the user's (or org's) lock, after checking that the neighbours it judged are
     still the live neighbours. `claim()` runs first in that transaction (it may raise to abort the
-    write); `after(result)` runs last in it. Call it outside any transaction: inside one, the
-    verdict call would hold that transaction (and its locks) open.
+    write); `after(result)` runs last in it. `reason` goes on the audit events it writes (for an
+    agent's write: which key). Call it outside any transaction: inside one, the verdict call would
+    hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)
@@ -200,6 +208,7 @@ def store_fact(
                     origin=origin,
                     added_by=added_by,
                     after=after,
+                    reason=reason,
                 )
         # Someone changed those facts while the model was thinking (a correction, a deletion, another
         # session's write): the verdict may be stale, so judge again against what is there now.
@@ -222,6 +231,7 @@ def store_fact(
             origin=origin,
             added_by=added_by,
             after=after,
+            reason=reason,
         )
 
 
@@ -237,7 +247,22 @@ def _begin_write(user, org, claim):
 
 
 def _apply(
-    user, text, kind, vector, live, verdicts, judge_calls, *, org, session, run, source_turns, origin, added_by, after
+    user,
+    text,
+    kind,
+    vector,
+    live,
+    verdicts,
+    judge_calls,
+    *,
+    org,
+    session,
+    run,
+    source_turns,
+    origin,
+    added_by,
+    after,
+    reason,
 ):
     """Inside the write transaction, under the lock: confirm, hold, or insert and supersede."""
     now = clock.now()
@@ -247,17 +272,22 @@ def _apply(
     duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
     contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
     protected = []
-    if origin == MemoryFact.Origin.EXTRACTED:
-        protected = [
-            n for n in contradicted if n.origin != MemoryFact.Origin.EXTRACTED and not _newer_statement(session, n)
-        ]
+    if origin not in PERSON_ORIGINS:
+        protected = [n for n in contradicted if n.origin in PERSON_ORIGINS and not _newer_statement(session, n)]
     if duplicate is not None:
         # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers.
         MemoryFact.objects.filter(id=duplicate.id).update(
             last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
         )
         duplicate.refresh_from_db()
-        record_event(duplicate, FactEvent.Action.CONFIRMED, _actor_for(origin), actor_user=added_by, session=session)
+        record_event(
+            duplicate,
+            FactEvent.Action.CONFIRMED,
+            _actor_for(origin),
+            actor_user=added_by,
+            session=session,
+            reason=reason,
+        )
         result.outcome, result.fact = "confirmed", duplicate
     elif protected:
         # A person's own correction stands until they say something newer themselves.
@@ -281,9 +311,10 @@ def _apply(
             created_at=now,
             last_confirmed_at=now,
         )
-        record_event(fact, FactEvent.Action.CREATED, _actor_for(origin), actor_user=added_by, session=session)
+        actor = _actor_for(origin)
+        record_event(fact, FactEvent.Action.CREATED, actor, actor_user=added_by, session=session, reason=reason)
         for old in contradicted:
-            supersede(old, fact, reason="contradicts", actor=_actor_for(origin), actor_user=added_by, session=session)
+            supersede(old, fact, reason="contradicts", actor=actor, actor_user=added_by, session=session, note=reason)
         result.fact, result.superseded = fact, contradicted
     if after is not None:
         after(result)
@@ -299,21 +330,35 @@ def _newer_statement(session, fact):
     return Turn.objects.filter(session=session, role=Turn.Role.USER, created_at__gt=fact.created_at).exists()
 
 
-def supersede(old, new, *, reason, actor, actor_user=None, session=None):
-    """Mark `old` as replaced by `new`; the row stays for audit."""
+def supersede(old, new, *, reason, actor, actor_user=None, session=None, note=""):
+    """Mark `old` as replaced by `new`; the row stays for audit (`note` adds who, e.g. which key)."""
     now = clock.now()
     updated = MemoryFact.objects.filter(id=old.id, superseded_at__isnull=True).update(
         superseded_at=now, superseded_by=new, supersede_reason=reason
     )
     if updated:
         record_event(
-            old, FactEvent.Action.SUPERSEDED, actor, actor_user=actor_user, session=session, related=new, reason=reason
+            old,
+            FactEvent.Action.SUPERSEDED,
+            actor,
+            actor_user=actor_user,
+            session=session,
+            related=new,
+            reason=f"{reason}; {note}" if note else reason,
         )
     return bool(updated)
 
 
-def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER):
-    """A person's correction: a new fact of their own that supersedes `fact`."""
+def is_unchanged(fact, text, kind):
+    """The correction would store the same text and kind again."""
+    return validation.normalise(text) == fact.text and kind == fact.kind
+
+
+def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
+    """A correction (by the person, or an agent for them): a new version that supersedes `fact`.
+
+    `note` is added to the audit events (for an agent: which key).
+    """
     text = validation.normalise(text)
     problem = validation.fact_problem(text, kind)
     if problem:
@@ -345,8 +390,15 @@ def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER)
             confirmation_count=1,
         )
         actor = _actor_for(origin)
-        record_event(new, FactEvent.Action.CORRECTED, actor, actor_user=actor_user, related=fact, reason="correction")
-        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user)
+        record_event(
+            new,
+            FactEvent.Action.CORRECTED,
+            actor,
+            actor_user=actor_user,
+            related=fact,
+            reason=f"correction; {note}" if note else "correction",
+        )
+        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user, note=note)
         return new
 
 

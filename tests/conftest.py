@@ -69,6 +69,11 @@ class Api:
     def delete(self, path):
         return self.client.delete(f"/api{path}", headers=self._headers())
 
+    def patch(self, path, data):
+        return self.client.patch(
+            f"/api{path}", json.dumps(data), content_type="application/json", headers=self._headers()
+        )
+
 
 @pytest.fixture
 def api(api_key):

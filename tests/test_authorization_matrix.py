@@ -258,7 +258,34 @@ API = {
     ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 409 404 401 401",
     ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401 401",
     ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 409 404 401 401",
+    # Facts of a person the key's org knows; another org's key gets 404 for them.
+    ("GET", "/v1/users/{user}/facts"): "401 401 401 401 401 401 200 404 401 401",
+    # Remembering names a person by the org's own id: another org's key makes its own person (201).
+    ("POST", "/v1/users/{user}/facts"): "401 401 401 401 401 401 201 201 401 401",
+    ("GET", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
+    ("PATCH", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
+    ("DELETE", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
 }
+# Which key scope each API route needs (its OpenAPI description says the same).
+SCOPES = {
+    ("POST", "/v1/sessions"): "write",
+    ("POST", "/v1/sessions/{session_id}/turns"): "write",
+    ("POST", "/v1/sessions/{session_id}/end"): "write",
+    ("GET", "/v1/sessions/{session_id}"): "read",
+    ("POST", "/v1/recall"): "read",
+    ("POST", "/v1/prompt"): "read",
+    ("GET", "/v1/sessions/{session_id}/recall"): "read",
+    ("POST", "/v1/users/{user}/portal"): "read",
+    ("GET", "/v1/users/{user}/export"): "read",
+    ("DELETE", "/v1/users/{user}"): "erase",
+    ("GET", "/v1/users/{user}/facts"): "read",
+    ("POST", "/v1/users/{user}/facts"): "write",
+    ("GET", "/v1/facts/{fact_id}"): "read",
+    ("PATCH", "/v1/facts/{fact_id}"): "write",
+    ("DELETE", "/v1/facts/{fact_id}"): "write",
+}
+# Routes that create the named person in the calling key's own org rather than reach another's.
+CREATES_OWN_PERSON = {("POST", "/v1/users/{user}/facts")}
 
 
 # --- collecting routes ------------------------------------------------------------------------
@@ -408,6 +435,10 @@ def _api_body(path, session_id):
         return {"turns": [{"role": "user", "content": "I like tea."}]}
     if path in ("/v1/recall", "/v1/prompt"):
         return {"session": str(session_id), "message": "hello"}
+    if path == "/v1/users/{user}/facts":
+        return {"text": "The user's dog is called Biscuit.", "kind": "profile"}
+    if path == "/v1/facts/{fact_id}":
+        return {"text": "The user prefers answers in bullet points.", "kind": "preference"}
     return None
 
 
@@ -425,6 +456,8 @@ def _request(world, actor, method, url, body=None):
             response = client.get(url, headers=headers)
         elif method == "DELETE":
             response = client.delete(url, headers=headers)
+        elif method == "PATCH":
+            response = client.patch(url, json.dumps(body), content_type="application/json", headers=headers)
         elif body is not None:
             response = client.post(url, json.dumps(body), content_type="application/json", headers=headers)
         else:
@@ -468,7 +501,8 @@ def test_every_route_answers_every_caller_as_declared_and_never_leaks_b(world):
     for method, path in ops:
         for actor, want in zip(ACTORS, API[(method, path)].split(), strict=True):
             url = "/api" + _fill(path, params)
-            status, body = _request(world, actor, method, url, _api_body(path, world["a_open"].id))
+            body_in = _api_body(path, world["a_open"].id) if method in ("POST", "PATCH") else None
+            status, body = _request(world, actor, method, url, body_in)
             checked += 1
             if status != int(want):
                 mismatches.append(f"{method} /api{path} as {actor}: expected {want}, got {status} {body[:120]}")
@@ -494,14 +528,14 @@ def test_b_objects_in_the_path_never_show_b_to_a_or_another_tenant(world):
             if status == 200 and route.startswith("me/") and "erased" not in route:
                 opened.append(f"GET {url} as {actor}")
     for method, path in ninja_operations():
-        body = _api_body(path, world["b_session"].id)
+        body = _api_body(path, world["b_session"].id) if method in ("POST", "PATCH") else None
         if "{" not in path and "session" not in (body or {}):
             continue  # opening a session names no one's object: another org's key makes its own person
         url = "/api" + _fill(path, params)
         for actor in ("key_b", "key_revoked"):
             status, text = _request(world, actor, method, url, body)
             leaks += [f"{method} {url} as {actor} shows {s!r}" for s in B_SECRETS if s in text]
-            if status < 400:
+            if status < 400 and (method, path) not in CREATES_OWN_PERSON:
                 opened.append(f"{method} {url} as {actor}: {status}")
     # Existence is not revealed: B's fact and an id that does not exist look the same to A.
     client = Client()
@@ -519,3 +553,32 @@ def test_forms_need_a_csrf_token(org, make_user):
     client.force_login(alice)
     assert client.post(f"/me/facts/{fact.id}/delete/").status_code == 403
     assert MemoryFact.objects.filter(id=fact.id).exists()
+
+
+def test_every_api_route_needs_its_declared_key_scope(world):
+    """A key without the route's scope gets 403 `forbidden`; a key with only that scope gets through."""
+    ops = ninja_operations()
+    assert sorted(SCOPES) == sorted(ops), "declare the scope of every API route in SCOPES"
+    acme = Organization.objects.get(slug="acme")
+    params = {**world["params"]("a"), "session_id": world["a_open"].id}
+    wrong, described = [], []
+    for method, path in ops:
+        needed = SCOPES[(method, path)]
+        _, without = sessions.create_api_key(acme, "narrow", [s for s in ("read", "write", "erase") if s != needed])
+        _, only = sessions.create_api_key(acme, "only", [needed])
+        world["keys"].update(without=without, only=only)
+        url = "/api" + _fill(path, params)
+        body = _api_body(path, world["a_open"].id) if method in ("POST", "PATCH") else None
+        status, text = _request(world, "without", method, url, body)
+        if status != 403 or json.loads(text)["error"]["code"] != "forbidden" or f"'{needed}'" not in text:
+            wrong.append(f"{method} {path} without '{needed}': {status} {text[:100]}")
+        status, text = _request(world, "only", method, url, body)
+        if status >= 400:
+            wrong.append(f"{method} {path} with only '{needed}': {status} {text[:100]}")
+    for path, item in api.get_openapi_schema()["paths"].items():
+        for method, operation in item.items():
+            needed = SCOPES[(method.upper(), path.removeprefix("/api"))]
+            if f"`{needed}` scope" not in operation.get("description", ""):
+                described.append(f"{method} {path}")
+    assert not wrong, "\n".join(wrong)
+    assert not described, f"OpenAPI descriptions that do not name the scope: {described}"

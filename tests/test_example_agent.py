@@ -42,7 +42,10 @@ def _remember(org, external_id, text):
 
 def _run(live_server, api_key, *args, stdin=None):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    # As after `pip install ./clients/python`: the example imports the memoryapp client.
+    client = str(AGENT.parent.parent / "clients" / "python")
     env.update(MEMORYAPP_URL=live_server.url, MEMORYAPP_API_KEY=api_key)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (client, env.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, str(AGENT), *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
     )

@@ -363,14 +363,16 @@ def sweep_api(client, sweep, world, key, own_parties, other_parties, own_markers
         query_params = [(n, conv) for n, where, conv in params if where == "query"]
         for combo in fillings(path_params + query_params, world, own_parties, other_parties, limit=100):
             path = template
-            for (name, _), value in zip(path_params, combo, strict=True):
+            for (name, _), value in zip(path_params, combo[: len(path_params)], strict=True):
                 path = path.replace("{" + name + "}", value.text)
             query = {n: v.text for (n, _), v in zip(query_params, combo[len(path_params) :], strict=True)}
             for body, body_combo in (
                 body_fillings(body_schema, world, own_parties, other_parties) if body_schema else [(None, ())]
             ):
                 all_own = all(v.own for v in (*combo, *body_combo))
-                if all_own and (method == "DELETE" or SKIP_ON_OWN.search(template)):
+                # Writing one's own person's facts changes them legitimately; the snapshot is for others'.
+                own_fact_write = method in ("POST", "PATCH") and re.search(r"/facts(/|$)", template)
+                if all_own and (method == "DELETE" or SKIP_ON_OWN.search(template) or own_fact_write):
                     continue
                 label = f"{method} {template} {path} {json.dumps(body)[:80] if body else ''}"
                 if method == "GET":

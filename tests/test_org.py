@@ -410,7 +410,7 @@ NEVER_USED = '<td data-label="Last used"><span class="muted">never</span></td>'
 
 def test_api_key_is_shown_once_named_revocable_and_last_use_is_visible(scripted, org, alice):
     c = client_for(alice)
-    r = c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot"})
+    r = c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot", "scopes": ["read", "write", "erase"]})
     # Shown once, in the response to the POST itself: never kept in the session, never cached.
     assert r.status_code == 200 and "no-store" in r["Cache-Control"]
     first = r.content.decode()
@@ -442,6 +442,28 @@ def test_key_name_is_required(org, alice):
     r = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "   "})
     assert r.status_code == 400 and "Give the key a name" in r.content.decode()
     assert not ApiKey.objects.exists()
+
+
+def test_a_key_created_read_only_is_shown_so_and_cannot_write(org, alice):
+    c = client_for(alice)
+    page = c.get(f"/orgs/{org.slug}/keys/").content.decode()
+    assert page.count('type="checkbox" name="scopes"') == 3 and page.count(" checked>") == 3  # all, by default
+    assert c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Dashboard", "scopes": ["read"]}).status_code == 302
+    page = c.get(f"/orgs/{org.slug}/keys/").content.decode()
+    secret = page.split('id="id_new_key" type="text" readonly value="')[1].split('"')[0]
+    row = page.split("<td><strong>Dashboard</strong></td>")[1].split("</tr>")[0]
+    assert '<span class="badge scope">read</span>' in row and "write" not in row
+    headers = {"Authorization": f"Bearer {secret}"}
+    r = Client().post("/api/v1/sessions", {"user": "u1"}, content_type="application/json", headers=headers)
+    assert r.status_code == 403 and "'write' scope" in r.json()["error"]["message"]
+
+
+def test_a_key_with_no_scope_is_refused_with_the_choice_kept(org, alice):
+    r = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "Nothing"})
+    assert r.status_code == 400 and "Choose what the key may do" in r.content.decode()
+    assert " checked>" not in r.content.decode() and not ApiKey.objects.exists()
+    r = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "Odd", "scopes": ["read", "root"]})
+    assert r.status_code == 400 and not ApiKey.objects.exists()
 
 
 # --- deleting an organisation --------------------------------------------------------------------

@@ -12,7 +12,7 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from memoryapp.api import recall, sessions, users
+from memoryapp.api import facts, recall, sessions, users
 from memoryapp.api.auth import ApiKeyAuth
 from memoryapp.api.errors import ApiError
 
@@ -106,3 +106,4 @@ def _unexpected(request, exc):
 api.add_router("/v1/sessions", sessions.router)
 api.add_router("/v1", recall.router)
 api.add_router("/v1/users", users.router)
+api.add_router("/v1", facts.router)

@@ -22,7 +22,7 @@ class ErrorOut(Schema):
 
 
 ERRORS = {
-    **{code: ErrorOut for code in (400, 401, 404, 409, 413, 422, 429)},
+    **{code: ErrorOut for code in (400, 401, 403, 404, 409, 413, 422, 429)},
     503: ErrorOut,  # the database is unavailable: nothing was stored, retry
 }
 

@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from memoryapp import recall as recalling
+from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS
 from memoryapp.api.schemas import PromptIn, PromptOut, RecallIn, RecallOut, SessionRecallOut
 from memoryapp.api.sessions import get_session
@@ -27,6 +28,7 @@ def _fact_out(selected):
 
 
 @router.post("/recall", response={200: RecallOut, **ERRORS})
+@requires("read")
 def recall(request: HttpRequest, payload: RecallIn):
     """The session's memory block: computed once per session unless `refresh` is true."""
     session = get_session(request, payload.session)
@@ -36,6 +38,7 @@ def recall(request: HttpRequest, payload: RecallIn):
 
 # exclude_none: a block without a breakpoint must not carry "cache_control": null on the wire.
 @router.post("/prompt", response={200: PromptOut, **ERRORS}, exclude_none=True)
+@requires("read")
 def prompt(request: HttpRequest, payload: PromptIn):
     """Anthropic system blocks: stable instructions (cache breakpoint on the last), memory last."""
     session = get_session(request, payload.session)
@@ -44,6 +47,7 @@ def prompt(request: HttpRequest, payload: PromptIn):
 
 
 @router.get("/sessions/{session_id}/recall", response={200: SessionRecallOut, **ERRORS})
+@requires("read")
 def session_recall(request: HttpRequest, session_id: uuid.UUID):
     """What was injected into this session's memory block, and why (tier, score)."""
     session = get_session(request, session_id)

@@ -6,6 +6,11 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+# What counts as blank, spelt out so the schema (ECMAScript regex) and the server (Python) agree:
+# Python's str.isspace() and ECMAScript's \s differ (\x1c-\x1f, \x85, \ufeff).
+BLANK = r"\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NOT_BLANK = rf"^[^\u0000]*[^\u0000{BLANK}][^\u0000]*$"
+
 ExternalUser = Field(..., min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
@@ -27,7 +32,7 @@ class TurnIn(Schema):
     content: str = Field(
         ...,
         description="Not blank, no NUL characters, at most MEMORY_MAX_TURN_BYTES of UTF-8 (32 KiB by default).",
-        json_schema_extra={"pattern": r"^[^\u0000]*\S[^\u0000]*$"},
+        json_schema_extra={"pattern": NOT_BLANK},
     )
 
 

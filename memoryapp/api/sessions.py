@@ -1,5 +1,6 @@
 """Agent API: open a session, append turns, end it, read its status."""
 
+import re
 import uuid
 
 from django.conf import settings
@@ -7,8 +8,9 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from memoryapp import sessions
+from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS, ApiError
-from memoryapp.api.schemas import AcceptedOut, QueuedOut, SessionIn, SessionOut, SessionStatusOut, TurnsIn
+from memoryapp.api.schemas import NOT_BLANK, AcceptedOut, QueuedOut, SessionIn, SessionOut, SessionStatusOut, TurnsIn
 from memoryapp.models import AgentSession, FactEvent
 
 router = Router(tags=["sessions"])
@@ -34,7 +36,7 @@ def _clean_content(content, index):
     field = f"turns.{index}.content"
     if "\x00" in content:
         raise ApiError(422, "invalid", f"{field}: NUL characters are not allowed", field)
-    if not content.strip():
+    if not re.fullmatch(NOT_BLANK, content):
         raise ApiError(422, "empty_turn", f"{field}: a turn cannot be empty", field)
     try:
         size = len(content.encode())
@@ -47,6 +49,7 @@ def _clean_content(content, index):
 
 
 @router.post("", response={201: SessionOut, **ERRORS})
+@requires("write")
 def create_session(request: HttpRequest, payload: SessionIn):
     """Open a session for the agent's user (created on first use)."""
     user = sessions.get_or_create_user(request.org, payload.user)
@@ -57,6 +60,7 @@ def create_session(request: HttpRequest, payload: SessionIn):
 
 
 @router.post("/{session_id}/turns", response={202: AcceptedOut, **ERRORS})
+@requires("write")
 def add_turns(request: HttpRequest, session_id: uuid.UUID, payload: TurnsIn):
     """Append turns; the batch is stored whole or not at all."""
     session = get_session(request, session_id)
@@ -77,6 +81,7 @@ def add_turns(request: HttpRequest, session_id: uuid.UUID, payload: TurnsIn):
 
 
 @router.post("/{session_id}/end", response={202: QueuedOut, **ERRORS})
+@requires("write")
 def end_session(request: HttpRequest, session_id: uuid.UUID):
     """End the session; extraction runs on a worker. Calling it again is harmless."""
     session = get_session(request, session_id)
@@ -87,6 +92,7 @@ def end_session(request: HttpRequest, session_id: uuid.UUID):
 
 
 @router.get("/{session_id}", response={200: SessionStatusOut, **ERRORS})
+@requires("read")
 def session_status(request: HttpRequest, session_id: uuid.UUID):
     """Memory mode, end, extraction status, and the facts the session wrote, confirmed and superseded."""
     session = get_session(request, session_id)

@@ -7,6 +7,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
 from memoryapp import erasure, export, portal, sessions
+from memoryapp.api.auth import requires
 from memoryapp.api.errors import ApiError, ErrorOut
 
 router = Router(tags=["users"])
@@ -14,7 +15,7 @@ router = Router(tags=["users"])
 
 def _errors():
     """Error responses for the OpenAPI spec."""
-    return {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+    return {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
 
 
 # --- portal links (account pages) -------------------------------------------------
@@ -26,6 +27,7 @@ class PortalOut(Schema):
 
 
 @router.post("/{user}/portal", response={200: PortalOut, **_errors()})
+@requires("read")
 def portal_link(request: HttpRequest, user: str):
     """A one-time sign-in link to the user's "My memory" pages, valid for a few minutes."""
 
@@ -59,6 +61,7 @@ def _person(request, external_id):
 
 
 @router.get("/{user}/export", response={200: dict, **_errors()})
+@requires("read")
 def export_user(request: HttpRequest, user: str):
     """Everything held about the user, as one JSON document described by `schema_version`."""
 
@@ -66,6 +69,7 @@ def export_user(request: HttpRequest, user: str):
 
 
 @router.delete("/{user}", response={202: ReceiptOut, **_errors()})
+@requires("erase")
 def erase_user(request: HttpRequest, user: str):
     """Erase the user and everything held about them; the receipt holds no personal data."""
 

@@ -5,6 +5,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from memoryapp import sessions, writing
 from memoryapp.models import AgentSession, ApiKey, MemoryFact, Turn
@@ -273,3 +274,12 @@ def test_create_api_key_command_unknown_org_is_a_clear_error(db):
 
     with pytest.raises(CommandError, match="No organisation"):
         call_command("create_api_key", "--org", "nope", "--name", "x", stdout=StringIO())
+
+
+def test_create_api_key_command_can_make_a_read_only_key(org):
+    out = StringIO()
+    call_command("create_api_key", "--org", "acme", "--name", "dashboard", "--scopes", "read", stdout=out)
+    key = out.getvalue().strip().splitlines()[-1]
+    assert sessions.authenticate_key(key).scopes == ["read"] and "may read" in out.getvalue()
+    with pytest.raises(CommandError, match="--scopes"):
+        call_command("create_api_key", "--org", "acme", "--name", "x", "--scopes", "read,root", stdout=StringIO())

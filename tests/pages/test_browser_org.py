@@ -151,3 +151,31 @@ def test_admin_pages_work_without_javascript(page_nojs, org, team):
     page.get_by_role("button", name="Create invitation link").click()
     page.locator("table.invitations").get_by_role("button", name=re.compile("^Revoke")).click()
     expect(page.get_by_role("status")).to_contain_text("Invitation revoked.")
+
+
+def test_admin_creates_a_read_only_key_and_sees_what_each_key_may_do(page, org, team):
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/keys/")
+    page.get_by_label("Name", exact=True).fill("Dashboard")
+    page.get_by_role("checkbox", name=re.compile("^Write")).uncheck()
+    page.get_by_role("checkbox", name=re.compile("^Erase")).uncheck()
+    page.get_by_role("button", name="Create key").click()
+    expect(page.get_by_text("Copy it now. It will not be shown again.")).to_be_visible()
+    row = page.locator("tr", has_text="Dashboard")
+    expect(row.locator(".badge.scope")).to_have_text(["read"])
+    expect(page.locator("tr", has_text="Support bot").locator(".badge.scope")).to_have_text(["read", "write", "erase"])
+    screenshot(page, "org-keys-scopes")
+    key = page.get_by_label("Key", exact=True).input_value()
+    assert sessions.authenticate_key(key).scopes == ["read"]
+
+
+def test_a_key_with_no_scope_is_refused_without_javascript(page_nojs, org, team):
+    page = page_nojs
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/keys/")
+    page.get_by_label("Name", exact=True).fill("Nothing")
+    for name in ("^Read", "^Write", "^Erase"):
+        page.get_by_role("checkbox", name=re.compile(name)).uncheck()
+    page.get_by_role("button", name="Create key").click()
+    expect(page.get_by_role("alert")).to_contain_text("Choose what the key may do")
+    assert not sessions.authenticate_key("") and page.get_by_label("Name", exact=True).input_value() == "Nothing"

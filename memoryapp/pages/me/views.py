@@ -197,6 +197,8 @@ def _explain(fact, own_session_ids):
         return {"how": "You corrected it", "session": None}
     if fact.origin == MemoryFact.Origin.STAFF:
         return {"how": "Changed by support staff at your request", "session": None}
+    if fact.origin in (MemoryFact.Origin.AGENT, MemoryFact.Origin.MCP):
+        return {"how": "Your assistant was asked to remember it", "session": None}
     session = fact.source_session_id if fact.source_session_id in own_session_ids else None
     return {
         "how": "Learned from a conversation" if session else "Learned from a conversation since removed",
@@ -253,7 +255,7 @@ def fact_edit(request, fact_id):
     form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
     if request.method == "POST" and form.is_valid():
         text, kind = form.cleaned_data["text"], form.cleaned_data["kind"]
-        if text.strip() == fact.text and kind == fact.kind:
+        if writing.is_unchanged(fact, text, kind):
             if request.htmx:
                 return _page(request, "me/_fact.html#item", {"f": fact})
             messages.info(request, "Nothing changed.")

@@ -19,10 +19,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, retarget
 
 from memoryapp import orgs, ratelimit
-from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Kind, Membership, MemoryFact, OrgFactProposal
+from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Kind, Membership, MemoryFact, OrgFactProposal, Scope
 from memoryapp.writing import FactRejected
 
 JOIN_RATE_PER_MINUTE = 20  # per client address: new-account attempts on an invitation page
+# What each key scope lets an agent do, as the keys page explains it.
+SCOPE_CHOICES = [
+    ("read", "Read", "recall memory, list and read facts, read sessions, export a person, issue portal links"),
+    ("write", "Write", "open sessions and add turns, remember, correct and delete facts"),
+    ("erase", "Erase", "erase a person and everything held about them"),
+]
 
 
 class FactForm(forms.Form):
@@ -421,6 +427,8 @@ def _render_keys(request, org, membership, status=200, **extra):
         "membership": membership,
         "tab": "keys",
         "keys": orgs.api_keys(org),
+        "scopes": SCOPE_CHOICES,
+        "chosen": Scope.values,
         **_nav(org, membership),
         **extra,
     }
@@ -439,7 +447,7 @@ def keys(request, org, membership):
 @_admin
 def key_create(request, org, membership):
     try:
-        api_key, secret = orgs.create_key(org, request.POST.get("name", ""))
+        api_key, secret = orgs.create_key(org, request.POST.get("name", ""), request.POST.getlist("scopes"))
     except orgs.OrgError as exc:
         return _render_keys(
             request,
@@ -448,6 +456,7 @@ def key_create(request, org, membership):
             status=200 if request.htmx else 400,
             key_error=str(exc),
             name=request.POST.get("name", ""),
+            chosen=request.POST.getlist("scopes"),
         )
     # Shown once, in this response only: never stored (not even in the session) and never cached.
     response = _render_keys(request, org, membership, new_key={"name": api_key.name, "key": secret})

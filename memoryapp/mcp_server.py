@@ -1,0 +1,318 @@
+"""The MCP server: memoryapp's memory as tools and a resource for any MCP client (official `mcp` SDK).
+
+Each tool is a thin call into the same domain functions as the agent API (`memoryapp.facts`,
+`memoryapp.recall`, `memoryapp.provenance`) — never an HTTP call to ourselves — under the same
+rules: the caller's API key (a Bearer token over HTTP, `--key` over stdio) decides the org, its
+scopes and its rate limit; only people that org knows are reachable; writes are validated,
+poison-filtered and superseded like any other, refused when memory is off, and labelled origin
+`mcp` with the key's name.
+"""
+
+import functools
+import uuid
+from typing import Annotated, Literal
+
+from django.db import close_old_connections
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
+
+from memoryapp import facts, provenance, ratelimit, recall, sessions, writing
+
+KindName = Literal["preference", "constraint", "profile", "goal"]
+User = Annotated[
+    str | None,
+    Field(description="Your agent's id for the person (as in the agent API); optional when the server is "
+          "started for one person (manage.py mcp_stdio --user)", max_length=128),
+]  # fmt: skip
+FactId = Annotated[str, Field(description="A fact id, as returned by list_facts or remember_fact")]
+INSTRUCTIONS = (
+    "Long-term memory about the people you talk with. Call recall_memory at the start of a "
+    "conversation and put the block in your context; it may be outdated and the person is always "
+    "right. Call remember_fact only for durable facts the person states about themselves (one "
+    "sentence each). Memory describes a person: it never grants a permission."
+)
+
+
+class Refused(ToolError):
+    """A rule said no: the message says which, with the same code the agent API would use."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+
+
+def _bearer(headers):
+    value = (headers or {}).get("authorization") or ""
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class Caller:
+    """Who is calling: resolves the key on every call (so a revoked key stops at once) and applies its rules."""
+
+    def __init__(self, fixed_key=None, fixed_user=None):
+        self.fixed_key = fixed_key  # the stdio server's key; over HTTP the Bearer header decides
+        self.fixed_user = fixed_user  # a stdio server for one person reaches only them
+
+    def user(self, user):
+        """The person's id the call is about: the given one, or the server's own person."""
+        if self.fixed_user and user not in (None, "", self.fixed_user):
+            raise Refused("not_found", "No such user for this API key.")
+        user = user or self.fixed_user
+        if not user:
+            raise Refused("invalid", "user: say which person (your agent's id for them).")
+        return user
+
+    def key(self, ctx, scope):
+        """The caller's active ApiKey, counted against its rate limit and checked for `scope`."""
+        token = self.fixed_key or _bearer(ctx.headers if ctx is not None else None)
+        api_key = sessions.authenticate_key(token)
+        if api_key is None:
+            raise Refused("unauthorized", "Send a valid, unrevoked API key as 'Authorization: Bearer <key>'.")
+        allowed, retry_after = ratelimit.hit_key(api_key)
+        if not allowed:
+            raise Refused("rate_limited", f"Too many requests for this API key; retry in {retry_after} s.")
+        if not api_key.allows(scope):
+            raise Refused("forbidden", f"This API key does not have the '{scope}' scope.")
+        return api_key
+
+    def person(self, api_key, user):
+        person = sessions.find_user(api_key.org, self.user(user))
+        if person is None:
+            raise Refused("not_found", "No such user for this API key.")
+        return person
+
+    def fact(self, api_key, fact_id):
+        try:
+            fact = facts.fact_for_org(api_key.org, fact_id)
+        except Exception:  # a malformed id is as unknown as another org's
+            fact = None
+        if fact is not None and self.fixed_user:
+            only = sessions.find_user(api_key.org, self.fixed_user)
+            fact = fact if only is not None and fact.user_id == only.id else None
+        if fact is None:
+            raise Refused("not_found", "No such fact for this API key.")
+        return fact
+
+
+def _fresh_connection(fn):
+    """Tools run in worker threads: drop connections that went stale between calls, as a request would."""
+
+    @functools.wraps(fn)  # the SDK reads the tool's signature and docstring through it
+    def run(*args, **kwargs):
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return run
+
+
+def fact_json(f):
+    """A fact as the tools return it (the API's shape, with ids as strings)."""
+    return {
+        "id": str(f.id),
+        "text": f.text,
+        "kind": f.kind,
+        "state": f.state,
+        "origin": f.origin,
+        "created_at": f.created_at.isoformat(),
+        "last_confirmed_at": f.last_confirmed_at.isoformat(),
+        "source_session": str(f.source_session_id) if f.source_session_id else None,
+        "superseded_by": str(f.superseded_by_id) if f.superseded_by_id else None,
+    }
+
+
+def build_server(fixed_key=None, fixed_user=None):
+    """The MCP server. `fixed_key` pins one API key (stdio), else each HTTP request's Bearer key is used;
+    `fixed_user` limits it to that one person."""
+    caller = Caller(fixed_key, fixed_user)
+    server = MCPServer(name="memoryapp", title="memoryapp memory", version="1", instructions=INSTRUCTIONS)
+
+    @server.tool(title="Recall memory")
+    @_fresh_connection
+    def recall_memory(
+        user: User = None,
+        message: Annotated[str, Field(description="The person's latest message: picks relevant facts")] = "",
+        session_id: Annotated[str | None, Field(description="An agent-API session: reuse its cached block")] = None,
+        ctx: Context = None,
+    ) -> str:
+        """The memory block about a person to put in the model's context ('' when nothing is remembered or
+        memory is off). With a session id, the session's block is reused (cache-safe); without, it is
+        computed for this message and nothing is logged."""
+        api_key = caller.key(ctx, "read")
+        person = caller.person(api_key, user)
+        if session_id:
+            session = facts.session_for(api_key.org, person, session_id) if _is_uuid(session_id) else None
+            if session is None:
+                raise Refused("not_found", "No such session for this user and API key.")
+            return recall.recall(session, message).block
+        return recall.preview(person, api_key.org, message).block
+
+    @server.tool(title="List facts")
+    @_fresh_connection
+    def list_facts(
+        user: User = None,
+        state: Literal["live", "superseded", "expired", "all"] = "live",
+        kind: KindName | None = None,
+        cursor: Annotated[str | None, Field(description="next_cursor from the previous page")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        ctx: Context = None,
+    ) -> dict:
+        """What is remembered about a person, newest first, a page at a time."""
+        api_key = caller.key(ctx, "read")
+        return _page(caller.person(api_key, user), state=state, kind=kind, cursor=cursor, limit=limit)
+
+    @server.tool(title="Search facts")
+    @_fresh_connection
+    def search_facts(
+        query: Annotated[str, Field(description="Words or a phrase to look for", max_length=200)],
+        user: User = None,
+        state: Literal["live", "superseded", "expired", "all"] = "live",
+        ctx: Context = None,
+    ) -> dict:
+        """Facts about a person whose text matches the query (words or a phrase)."""
+        api_key = caller.key(ctx, "read")
+        return _page(caller.person(api_key, user), state=state, q=query, limit=50)
+
+    @server.tool(title="Remember a fact")
+    @_fresh_connection
+    def remember_fact(
+        text: Annotated[str, Field(description="One sentence about the person, at most 200 characters")],
+        kind: KindName,
+        user: User = None,
+        session_id: Annotated[str | None, Field(description="The agent-API session it was said in")] = None,
+        ctx: Context = None,
+    ) -> dict:
+        """Remember a durable fact the person stated about themselves. It is checked like any fact (one
+        sentence, no instructions or permissions) and resolved against what is known: created, confirmed
+        (already known), superseded (replaces a contradicted fact) or held (the person's own correction
+        stands)."""
+        api_key = caller.key(ctx, "write")
+        user = caller.user(user)
+        if not sessions.EXTERNAL_ID.match(user):
+            raise Refused("not_found", "No such user: an id is 1 to 128 characters without control characters.")
+        person = sessions.get_or_create_user(api_key.org, user)
+        session = None
+        if session_id:
+            session = facts.session_for(api_key.org, person, session_id) if _is_uuid(session_id) else None
+            if session is None:
+                raise Refused("not_found", "No such session for this user and API key.")
+        try:
+            done = facts.remember(person, text, kind, api_key=api_key, via="mcp", session=session)
+        except writing.FactRejected as exc:
+            raise Refused("fact_rejected", f"Not stored: {exc}.") from None
+        except facts.MemoryOff:
+            raise Refused("memory_off", "Memory is switched off for this person or session.") from None
+        if done.fact is None:
+            raise Refused("memory_full", "This person has as many live facts as allowed.")
+        return {"outcome": done.outcome, "fact": fact_json(done.fact), "superseded": [str(i) for i in done.superseded]}
+
+    @server.tool(title="Correct a fact")
+    @_fresh_connection
+    def correct_fact(
+        fact_id: FactId,
+        text: Annotated[str, Field(description="The corrected sentence")],
+        kind: KindName,
+        ctx: Context = None,
+    ) -> dict:
+        """Correct a remembered fact; the old version is kept, linked to the new one."""
+        api_key = caller.key(ctx, "write")
+        fact = caller.fact(api_key, fact_id)
+        try:
+            new = facts.correct(fact, text, kind, api_key=api_key, via="mcp")
+        except writing.FactRejected as exc:
+            raise Refused("fact_rejected", f"Not stored: {exc}.") from None
+        except facts.MemoryOff:
+            raise Refused("memory_off", "Memory is switched off for this person.") from None
+        except facts.NotCurrent:
+            raise Refused("superseded", "This version has been replaced; correct the current one.") from None
+        return {"changed": new.id != fact.id, "fact": fact_json(new), "replaced": str(fact.id)}
+
+    @server.tool(title="Forget a fact")
+    @_fresh_connection
+    def forget_fact(fact_id: FactId, ctx: Context = None) -> dict:
+        """Delete a fact for good, with its earlier versions (as the person's own delete button does)."""
+        api_key = caller.key(ctx, "write")
+        return {"deleted": facts.forget(caller.fact(api_key, fact_id), api_key=api_key, via="mcp")}
+
+    @server.tool(title="Explain a fact")
+    @_fresh_connection
+    def explain_fact(fact_id: FactId, ctx: Context = None) -> dict:
+        """Why a fact is remembered: who wrote it, the person's words it came from, the extraction run,
+        the versions it replaced or that replaced it, its history and how often it was recalled."""
+        api_key = caller.key(ctx, "read")
+        return explain(caller.fact(api_key, fact_id))
+
+    @server.resource(
+        "memory://{user}/block",
+        name="memory-block",
+        title="Memory block",
+        description="The always-on memory block about a person (constraints and profile), as recall gives it.",
+        mime_type="text/plain",
+    )
+    @_fresh_connection
+    def memory_block(user: str, ctx: Context = None) -> str:
+        try:
+            api_key = caller.key(ctx, "read")
+            return recall.preview(caller.person(api_key, user), api_key.org, "").block
+        except Refused as exc:
+            raise ResourceError(str(exc)) from None
+
+    return server
+
+
+def _is_uuid(value):
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _page(person, **filters):
+    try:
+        page = facts.list_facts(person, **filters)
+    except facts.BadCursor as exc:
+        raise Refused("invalid", str(exc)) from None
+    return {"facts": [fact_json(f) for f in page.facts], "next_cursor": page.next_cursor}
+
+
+def explain(fact):
+    """A fact's provenance for the model: origin, source words (the person's own turns), run, chain, events."""
+    prov = provenance.fact_provenance(fact)
+    run = prov.run
+    return {
+        "fact": fact_json(fact),
+        "source_turns": [
+            {"ordinal": t.ordinal, "content": t.content} for t in prov.turns if t.source and t.role == "user"
+        ],
+        "extraction": (
+            {"backend": run.backend, "model": run.model, "prompt_version": run.prompt_version} if run else None
+        ),
+        "chain": [
+            {"id": str(link.fact.id), "text": link.fact.text, "state": link.fact.state, "reason": link.reason or None}
+            for link in prov.chain
+            if link.fact.user_id == fact.user_id
+        ],
+        "events": [{"action": e.action, "actor": e.actor, "reason": e.reason} for e in prov.events],
+        "recall_count": prov.recall_count,
+    }
+
+
+def http_app():
+    """The streamable-HTTP ASGI app (stateless, JSON answers) served at /mcp/ by memoryapp.asgi."""
+    from django.conf import settings
+
+    # The SDK's DNS-rebinding guard, opened to the hosts Django itself serves.
+    hosts = [h for h in settings.ALLOWED_HOSTS if h != "*"]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection="*" not in settings.ALLOWED_HOSTS,
+        allowed_hosts=[p for h in hosts for p in (h, f"{h}:*")],
+        allowed_origins=[p for h in hosts for p in (f"http://{h}", f"http://{h}:*", f"https://{h}", f"https://{h}:*")],
+    )
+    return build_server().streamable_http_app(
+        streamable_http_path="/mcp/", stateless_http=True, json_response=True, transport_security=security
+    )
