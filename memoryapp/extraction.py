@@ -125,15 +125,18 @@ def _extract(session_id, info):
             return None  # erased, not ended, or another worker holds it
         if session.extraction_status in (AgentSession.Extraction.DONE, AgentSession.Extraction.SKIPPED):
             return None
-        if session.extraction_runs.filter(status=ExtractionRun.Status.SUCCEEDED).exists():
-            AgentSession.objects.filter(id=session.id).update(extraction_status=AgentSession.Extraction.DONE)
+        mine = AgentSession.objects.filter(id=session.id, user_id=session.user_id)
+        if session.extraction_runs.filter(user_id=session.user_id, status=ExtractionRun.Status.SUCCEEDED).exists():
+            mine.update(extraction_status=AgentSession.Extraction.DONE)
             return None
         if not writing.memory_allowed(session):
             skip_session(session)
             return None
 
         # Invariant 1: only the user's own turns are ever read for extraction.
-        user_turns = list(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
+        user_turns = list(
+            Turn.objects.filter(user_id=session.user_id, session=session, role=Turn.Role.USER).order_by("ordinal")
+        )
         text = transcript(user_turns)
         backend = active_backend()
         info.backend, info.model = backend.name, backend.model
@@ -187,14 +190,20 @@ def _extract(session_id, info):
         run.facts_dropped = len(parsed.dropped)
         _apply_usage(run, usage)
         run.verdict_calls = sum(r.judge_calls for r in outcomes)
-        run.save()
+        # An UPDATE that names the user (not run.save(), which filters by id alone): routes to one shard.
+        finished = [f.attname for f in ExtractionRun._meta.concrete_fields if f.attname not in ("id", "user_id")]
+        ExtractionRun.objects.filter(id=run.id, user_id=run.user_id).update(**{f: getattr(run, f) for f in finished})
         session.extraction_status = AgentSession.Extraction.DONE
         session.extraction_attempts += 1
         session.next_attempt_at = None
-        session.save(update_fields=["extraction_status", "extraction_attempts", "next_attempt_at"])
+        mine.update(
+            extraction_status=session.extraction_status,
+            extraction_attempts=session.extraction_attempts,
+            next_attempt_at=None,
+        )
         if not proposals and not any(r.fact is not None for r in outcomes):
             # Retention: a session that taught nothing keeps no turns.
-            Turn.objects.filter(session=session).delete()
+            Turn.objects.filter(user_id=session.user_id, session=session).delete()
         return run
 
 
@@ -248,8 +257,10 @@ def _record_failure(session_id, info, error):
 
 def skip_session(session):
     """Memory off: nothing is extracted and the turns are not kept."""
-    Turn.objects.filter(session=session).delete()
-    AgentSession.objects.filter(id=session.id).update(extraction_status=AgentSession.Extraction.SKIPPED)
+    Turn.objects.filter(user_id=session.user_id, session=session).delete()
+    AgentSession.objects.filter(id=session.id, user_id=session.user_id).update(
+        extraction_status=AgentSession.Extraction.SKIPPED
+    )
 
 
 def source_turns_for(fact_text, user_turns, ordinals):

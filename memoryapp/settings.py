@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "memoryapp.middleware.ContentSecurityPolicyMiddleware",
+    "memoryapp.replica.ReplicaMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -87,6 +88,13 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Each concurrent test run (CI, a developer, a helper) can take its own test database.
 DATABASES["default"]["TEST"] = {"NAME": "test_memoryapp" + env("TEST_DB_SUFFIX", "")}
+# A streaming replica for page reads (see memoryapp/replica.py and docs/scaling.md); off when unset.
+DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+DATABASE_ROUTERS = ["memoryapp.replica.ReplicaRouter"]
+REPLICA_PIN_SECONDS = env_int("REPLICA_PIN_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- cache, used by rate limits ------------------------------------------
