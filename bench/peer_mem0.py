@@ -94,7 +94,8 @@ class Peer:
         return {"payload_keys": sorted(payload)}
 
     def load(self, r):
-        """Rows as `Memory.add(infer=False)` writes them (mem0's `_create_memory`), inserted in batches."""
+        """Rows as `Memory.add(infer=False)` writes them (mem0's `_create_memory`: the same payload keys),
+        written with COPY into mem0's own table: mem0's per-row INSERTs took ~9 ms a row on this machine."""
         import numpy as np
         from mem0.utils.lemmatization import lemmatize_for_bm25
 
@@ -102,26 +103,20 @@ class Peer:
         vectors = np.load(r["vectors"])
         rows = json.loads(open(r["rows"]).read())
         now = datetime.now(UTC).isoformat()
-        for start in range(0, len(rows), 1000):
-            part = rows[start : start + 1000]
-            payloads = [
-                {
-                    "user_id": row["user"],
-                    "role": "user",
-                    "data": row["text"],
-                    "hash": hashlib.md5(row["text"].encode()).hexdigest(),
-                    "created_at": now,
-                    "updated_at": now,
-                    "text_lemmatized": lemmatize_for_bm25(row["text"]),
-                }
-                for row in part
-            ]
-            memory.vector_store.insert(
-                vectors=[v.tolist() for v in vectors[start : start + len(part)]],
-                ids=[row["id"] for row in part],
-                payloads=payloads,
-            )
         with memory.vector_store._get_cursor(commit=True) as cur:
+            with cur.copy(f'COPY "{r["collection"]}" (id, vector, payload) FROM STDIN') as copy:
+                for row, vector in zip(rows, vectors, strict=True):
+                    payload = {
+                        "user_id": row["user"],
+                        "role": "user",
+                        "data": row["text"],
+                        "hash": hashlib.md5(row["text"].encode()).hexdigest(),
+                        "created_at": now,
+                        "updated_at": now,
+                        "text_lemmatized": lemmatize_for_bm25(row["text"]),
+                    }
+                    literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+                    copy.write_row((row["id"], literal, json.dumps(payload)))
             cur.execute(f'ANALYZE "{r["collection"]}"')
         return {"rows": len(rows)}
 

@@ -88,8 +88,15 @@ def test_bench_pages_smoke_under_gunicorn(tmp_path):
     assert "x ceiling" in out
     data = json.loads(path.read_text())
     pages = {r["page"] for r in data["runs"]}
-    assert pages == {"ceiling (healthz)", "My memory (20 facts)", "fact provenance (console)", "recall API (refresh)"}
-    assert len(data["runs"]) == 4 * 2
+    assert pages == {
+        "ceiling (healthz)",
+        "My memory (20 facts)",
+        "fact provenance (console)",
+        "org memory (50 org facts)",
+        "conversation (40 turns)",
+        "recall API (refresh)",
+    }
+    assert len(data["runs"]) == len(pages) * 2
     for r in data["runs"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["p50"] <= r["p99"]
     # Each page's ratio is its own throughput over the trivial view's at the same concurrency, and the
