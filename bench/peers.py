@@ -478,3 +478,104 @@ def text_table(result):
     for r in result["peers"]:
         lines.append(f"plan, {r['system']}:\n  " + "\n  ".join(r["plan"]))
     return "\n".join(lines)
+
+
+# --- retrieval quality on LoCoMo, both systems --------------------------------------------------
+
+LOCOMO_TEST_SAMPLES = slice(5, 10)  # conversations 6-10: the test split (1-5 were used for tuning)
+
+
+def _interleave(per_user, k):
+    """Top k of several users' rankings taken in turn (a1, b1, a2, b2, ...), without repeats."""
+    out = []
+    for rank in range(k):
+        for ranking in per_user:
+            if rank < len(ranking) and ranking[rank] not in out:
+                out.append(ranking[rank])
+    return out[:k]
+
+
+def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=10):
+    """Evidence recall@k of recall's tier 2 and of mem0's search on the same observation facts."""
+    import re as _re
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    from evals import locomo as lb
+    from memoryapp.models import MemoryFact
+
+    python = None if use_sql_peer else ensure_mem0(progress, install=not no_install)[0]
+    bench = recallbench.BenchDatabase(config.database + "_locomo")
+    bench.create(fresh=True)
+    peer_db, conninfo = _peer_database(config)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-peers-locomo-"))
+    peer = None
+    try:
+        with bench:
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0, interactive=False)
+            loaded = lb.load(path, progress_factory=lambda label, n: benchmarks.Progress(label, n, None))
+            test_samples = {s["sample_id"] for s in json.loads(Path(path).read_text())[LOCOMO_TEST_SAMPLES]}
+            questions = [q for q in loaded.questions if q["sample"] in test_samples and q["evidence"]]
+            facts = list(
+                MemoryFact.objects.filter(id__in=list(loaded.fact_dias)).values_list(
+                    "id", "user_id", "text", "embedding"
+                )
+            )
+            rows = [{"id": str(f[0]), "user": str(f[1]), "text": f[2]} for f in facts]
+            np.save(tmp / "vectors.npy", np.vstack([np.asarray(f[3], dtype=np.float32) for f in facts]))
+            (tmp / "rows.json").write_text(json.dumps(rows))
+            peer = Mem0Process(python, database_url()) if python else SqlShapePeer(conninfo)
+            peer.call(
+                "open", dsn=conninfo, collection="bench_locomo", history=str(tmp / "h.db"), hnsw=False, user_index=True
+            )
+            peer.call("load", collection="bench_locomo", vectors=str(tmp / "vectors.npy"), rows=str(tmp / "rows.json"))
+            vectors = embeddings.embed_many([q["question"] for q in questions])
+            memory = {"TIER1_LIMIT": 0, "TIER2_LIMIT": k, "RECALL_CAP": k, "ORG_LIMIT": 0}
+            scores = {"memoryapp": [], "mem0": []}
+            with override_settings(MEMORY={**settings.MEMORY, **memory}):
+                for n, (q, vec) in enumerate(zip(questions, vectors, strict=True)):
+                    names = loaded.speakers[q["sample"]]
+                    lexical = _re.sub("|".join(rf"\b{_re.escape(x)}('s)?\b" for x in names), " ", q["question"])
+                    ours = [[s.fact.id for s in recall.select(u, lexical, vector=vec)] for u in q["user_ids"]]
+                    theirs = [
+                        [
+                            uuid.UUID(i)
+                            for i in peer.call(
+                                "search",
+                                collection="bench_locomo",
+                                user=str(u),
+                                query=lexical,
+                                top_k=k,
+                                vector=[float(x) for x in vec],
+                            )["ids"]
+                        ]
+                        for u in q["user_ids"]
+                    ]
+                    for name, per_user in (("memoryapp", ours), ("mem0", theirs)):
+                        scores[name].append(
+                            lb.hit_and_recall(_interleave(per_user, k), q["evidence"], loaded.fact_dias, k)
+                        )
+                    if (n + 1) % 100 == 0:
+                        progress(f"LoCoMo questions: {n + 1}/{len(questions)}")
+            peer.call("drop", collection="bench_locomo")
+            loaded.cleanup()
+    finally:
+        if peer is not None:
+            peer.close()
+        bench.drop()
+        _drop_database(peer_db)
+    return {
+        "split": "conversations 6-10 (test)",
+        "questions": len(questions),
+        "facts": len(rows),
+        "k": k,
+        "peer": "mem0" if python else "sql-shape",
+        **{
+            f"{name}_{metric}@{k}": round(float(np.mean([s[i] for s in v])), 4)
+            for name, v in scores.items()
+            for i, metric in enumerate(("hit", "recall"))
+        },
+    }

@@ -25,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--sql-peer", action="store_true", help="use the mem0-shaped SQL peer instead of mem0 (labelled)"
         )
+        parser.add_argument("--locomo", help="also: evidence recall@10 on LoCoMo's test conversations (locomo10.json)")
         parser.add_argument("--json", dest="json_path")
         parser.add_argument("--datasets", default=str(benchdata.DEFAULT_DATASETS))
         parser.add_argument("--seed", type=int, default=7)
@@ -48,7 +49,13 @@ class Command(BaseCommand):
             result = peers.run(config, progress, queries, no_install=o["no_install"], use_sql_peer=o["sql_peer"])
         except (peers.PeerError, recallbench.BenchError) as exc:
             raise CommandError(str(exc)) from exc
+        if o["locomo"]:
+            result["locomo"] = peers.run_locomo(
+                config, progress, o["locomo"], no_install=o["no_install"], use_sql_peer=o["sql_peer"]
+            )
         self.stdout.write(peers.text_table(result))
+        if o["locomo"]:
+            self.stdout.write(json.dumps(result["locomo"], indent=1))
         if o["json_path"]:
             with open(o["json_path"], "w") as f:
                 json.dump(result, f, indent=2)
