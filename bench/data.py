@@ -71,3 +71,44 @@ def chat_messages(datasets=DEFAULT_DATASETS):
                 if len(text) >= 20:
                     messages.append(text)
     return messages
+
+
+# --- generated data for --smoke runs (tests never read the datasets folder) ----------------
+
+_SUBJECTS = (
+    "Lisbon Porto Berlin Madrid Oslo Dublin Toronto Austin Denver Kyoto Nairobi Lyon jazz chess tennis sushi "
+    "gardening climbing cycling baking painting poetry astronomy sailing pottery photography knitting surfing "
+    "Python Rust Go Kotlin Elixir Neovim Emacs podcasts opera tomatoes beekeeping birdwatching skiing yoga"
+).split()
+_GENERATED = (
+    ("The user loves {} and talks about it often.", "preference"),
+    ("The user has a strong dislike of {}.", "preference"),
+    ("The user wants to get much better at {} next year.", "goal"),
+    ("The user once lived near a club devoted to {}.", "profile"),
+    ("The user cannot stand long discussions about {}.", "constraint"),
+    ("The user's sister teaches {} on weekends.", "profile"),
+    ("The user is saving money for a trip involving {}.", "goal"),
+    ("The user is allergic to anything near {}.", "constraint"),
+    ("The user reads a blog about {} every morning.", "profile"),
+    ("The user's favourite hobby this month is {}.", "preference"),
+)
+_QUESTIONS = (
+    "Have you ever tried {} before?",
+    "I was thinking about {} and my sister yesterday.",
+    "What do you remember about my plans for {}?",
+    "Could you suggest a weekend around {}?",
+    "My friend keeps talking about {}, any thoughts?",
+)
+
+
+def generated_facts(limit):
+    """`limit` distinct generated facts [(text, kind)] (templates x subjects), in a stable order."""
+    out = [(t.format(s), k) for s in _SUBJECTS for t, k in _GENERATED]
+    if limit > len(out):
+        raise ValueError(f"only {len(out)} generated facts")
+    return out[:limit]
+
+
+def generated_messages():
+    """Chat messages built from the same subjects, for --smoke runs."""
+    return [q.format(s) for s in _SUBJECTS for q in _QUESTIONS]

@@ -99,6 +99,25 @@ def seed(n_facts, progress=None):
         )
         for (text, kind), vec in zip(texts, vectors, strict=True)
     )
+    # The org's shared tier (what its memory page lists) and a longer conversation for its page.
+    org_texts = [(f"The organisation uses tool number {i + 1} for its deployments.", "profile") for i in range(50)]
+    org_vectors = embeddings.embed_many([t for t, _ in org_texts])
+    MemoryFact.objects.bulk_create(
+        MemoryFact(
+            org=org,
+            scope=MemoryFact.Scope.ORG,
+            text=text,
+            kind=kind,
+            embedding=vec,
+            embedding_model=embeddings.model_name(),
+            origin=MemoryFact.Origin.ORG_ADMIN,
+        )
+        for (text, kind), vec in zip(org_texts, org_vectors, strict=True)
+    )
+    Turn.objects.bulk_create(
+        Turn(user=user, session=session, ordinal=i, role="user" if i % 2 else "assistant", content=f"Turn {i}: cities.")
+        for i in range(2, 41)
+    )
     _, key = sessions.create_api_key(org, "bench")
     api_session = sessions.open_session(org, user)
 
@@ -122,6 +141,20 @@ def seed(n_facts, progress=None):
             None,
             {"Cookie": cookie(staff)},
             facts[0].text,
+        ),
+        "org memory (50 org facts)": (
+            reverse("org-memory", args=[org.slug]),
+            "GET",
+            None,
+            {"Cookie": cookie(user)},
+            org_texts[0][0],
+        ),
+        "conversation (40 turns)": (
+            reverse("me:conversation", args=[session.id]),
+            "GET",
+            None,
+            {"Cookie": cookie(user)},
+            "Turn 2: cities.",
         ),
         "recall API (refresh)": (
             "/api/v1/recall",

@@ -23,6 +23,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from bench import data as benchdata
+from bench import reference
 from memoryapp import clock, db, embeddings, recall
 from memoryapp.models import AgentSession, Membership, MemoryFact, MemorySettings, Organization
 
@@ -156,7 +157,7 @@ def _pool_vectors(texts, progress, batch=256):
 
 def make_dataset(config, progress):
     """Deterministic users: `facts` distinct persona sentences each, some superseded or expired."""
-    pool = benchdata.persona_facts(config.datasets, limit=config.pool)
+    pool = benchdata.generated_facts(config.pool) if config.smoke else benchdata.persona_facts(config.datasets)
     if config.facts > len(pool):
         raise BenchError(f"--facts {config.facts} is more than the {len(pool)} unique persona sentences")
     texts = [t for t, _ in pool]
@@ -175,6 +176,11 @@ def make_dataset(config, progress):
     r = rng.random(n)
     state = np.where(r < SUPERSEDED_SHARE, 1, np.where(r < SUPERSEDED_SHARE + EXPIRED_SHARE, 2, 0)).astype(np.int8)
     return Dataset(texts, kinds, vectors, sentence, ids, created, confirmed, state, config.users, config.facts)
+
+
+def chat_messages(config):
+    """The messages recalls are made with: LoCoMo turns, or generated ones for --smoke."""
+    return benchdata.generated_messages() if config.smoke else benchdata.chat_messages(config.datasets)
 
 
 def signature(config, data):
@@ -378,22 +384,16 @@ def load(config, data, progress):
 # --- exact reference ---------------------------------------------------------------------
 
 
-def _word_ranks(fact_ids, message):
-    """Full-text rank of each of these facts that shares a word with the message (a plain scan)."""
-    words = recall.message_words(message)
-    if not words or not fact_ids:
-        return {}
-    with connections["default"].cursor() as cur:
-        cur.execute(
-            "SELECT id, ts_rank_cd(search_vector, q) FROM memoryapp_memoryfact, to_tsquery('english', %s) q"
-            " WHERE id = ANY(%s::uuid[]) AND search_vector @@ q",
-            [words, [uuid.UUID(bytes=b) for b in fact_ids]],
-        )
-        return {row[0].bytes: row[1] for row in cur.fetchall()}
+@dataclass
+class Expected:
+    always: list  # uuid, tier 1 in recall's order (most recently confirmed first)
+    vector_only: list  # uuid, tier 2 when the message has no searchable words: cosine order
+    hybrid: list  # uuid, tier 2 of the hybrid: cosine and full-text fused by reciprocal rank
+    near_tie: bool  # a similarity at the cut or at the floor is within float noise
 
 
 def expected_selection(data, user_index, vector, message):
-    """What recall must pick for one user, by brute force: numpy cosine and a plain full-text scan, fused."""
+    """What recall must pick for one user, by brute force in bench.reference (no code shared with recall)."""
     memory = settings.MEMORY
     cap = memory["RECALL_CAP"]
     sl = data.user_slice(user_index)
@@ -409,37 +409,38 @@ def expected_selection(data, user_index, vector, message):
         members = [i for i in range(len(ids)) if live[i] and kinds[i] == KIND_CODES.index(kind)]
         always.extend(sorted(members, key=lambda i: (-confirmed[i], ids[i]))[: max(0, quota)])
     always = always[: min(cap, memory["TIER1_LIMIT"])]
-    sims = data.vectors[sentences].astype(np.float64) @ vector.astype(np.float64)
-    floor = embeddings.floor("recall")
     taken = set(always)
-    rest = sorted(
-        (i for i in range(len(ids)) if live[i] and i not in taken and 1 - sims[i] <= 1 - floor),
-        key=lambda i: (-sims[i], ids[i]),
-    )
-    # Tier 2 is hybrid: fuse the cosine ranking with the full-text ranking by reciprocal rank.
-    word_rank = _word_ranks([ids[i] for i in range(len(ids)) if live[i] and i not in taken], message)
-    by_words = sorted((i for i in range(len(ids)) if ids[i] in word_rank), key=lambda i: (-word_rank[ids[i]], ids[i]))
-    fused = {}
-    for ranking in (rest, by_words):
-        for r, i in enumerate(ranking, start=1):
-            fused[i] = fused.get(i, 0.0) + 1.0 / (recall.RRF_K + r)
-    limit = min(cap, memory["TIER2_LIMIT"], cap - len(always))
-    relevant = sorted(fused, key=lambda i: (-fused[i], ids[i]))[:limit]
-    boundary = [sims[i] for i in rest[limit - 1 : limit + 1]] if limit > 0 else []
+    candidates = [i for i in range(len(ids)) if live[i] and i not in taken]
+    floor = embeddings.floor("recall")
+    by_vector, sims = reference.vector_ranking(data.vectors[sentences], vector, candidates, ids, floor)
+    texts = {i: data.texts[sentences[i]] for i in candidates}
+    by_words = reference.text_ranking(texts, message, candidates, ids)
+    limit = max(0, min(cap, memory["TIER2_LIMIT"], cap - len(always)))
+    boundary = [sims[i] for i in by_vector[limit - 1 : limit + 1]] if limit > 0 else []
     near_tie = len(boundary) == 2 and abs(boundary[0] - boundary[1]) < TIE
-    near_floor = any(abs(sims[i] - floor) < TIE for i in range(len(ids)) if live[i])
-    as_uuid = [uuid.UUID(bytes=ids[i]) for i in always], [uuid.UUID(bytes=ids[i]) for i in relevant]
-    return as_uuid[0], as_uuid[1], near_tie or near_floor
+    near_floor = any(abs(sims[i] - floor) < TIE for i in candidates)
+
+    def as_uuid(order):
+        return [uuid.UUID(bytes=ids[i]) for i in order]
+
+    return Expected(
+        always=as_uuid(always),
+        vector_only=as_uuid(by_vector[:limit]),
+        hybrid=as_uuid(reference.fuse([by_vector, by_words], ids)[:limit]),
+        near_tie=near_tie or near_floor,
+    )
 
 
-def agrees(result, expected):
-    """Same always-on set and the same top-k by similarity (order included)."""
-    always, relevant, _ = expected
-    got_always = {s.fact.id for s in result.facts if s.tier == "always"}
-    got_relevant = [
-        s.fact.id for s in sorted((s for s in result.facts if s.tier == "relevant"), key=lambda s: -s.score)
-    ]
-    return got_always == set(always) and set(got_relevant) == set(relevant)
+def tiers_in_rank_order(chosen):
+    """(tier-1 ids, tier-2 ids) in the order `recall.select` ranked them."""
+    return [s.fact.id for s in chosen if s.tier == "always"], [s.fact.id for s in chosen if s.tier == "relevant"]
+
+
+def agrees(chosen, always, relevant):
+    """(same sets, same order) of `recall.select` output against the reference's tier 1 and tier 2."""
+    got_always, got_relevant = tiers_in_rank_order(chosen)
+    same_set = set(got_always) == set(always) and set(got_relevant) == set(relevant)
+    return same_set, same_set and got_always == list(always) and got_relevant == list(relevant)
 
 
 # --- measurement ---------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def _percentiles(ms):
 def measure_recall(config, data, progress):
     """Whole recall (embedding included) and the database part (vector given), on fresh sessions."""
     rng = np.random.default_rng(config.seed + 1)
-    messages = benchdata.chat_messages(config.datasets)
+    messages = chat_messages(config)
     total = WARMUP + config.recalls
     picks = rng.choice(len(messages), total)
     user_picks = rng.integers(0, config.users, total)
@@ -474,8 +475,8 @@ def measure_recall(config, data, progress):
     sessions = [by_id[s.id] for s in created]
 
     full_ms, db_ms, sizes, chars, org_shown = [], [], [], [], 0
-    checked = matched = ties = 0
-    mismatches = []
+    vector_tier = {"checked": 0, "set": 0, "order": 0, "float_ties": 0, "examples": []}
+    hybrid = {"checked": 0, "set": 0, "order": 0, "float_ties": 0, "recall_matches_select": 0}
     step = max(1, total // 10)
     for i in range(total):
         whole, dbonly = sessions[2 * i], sessions[2 * i + 1]
@@ -492,16 +493,40 @@ def measure_recall(config, data, progress):
         chars.append(len(r_db.block))
         org_shown += sum(1 for s in r_db.facts if s.tier == "org")
         expected = expected_selection(data, int(user_picks[i]), vectors[i], texts[i])
-        for result in (r_full, r_db):
-            checked += 1
-            if agrees(result, expected):
-                matched += 1
-            elif expected[2]:
-                ties += 1
-            elif len(mismatches) < 5:
-                mismatches.append({"user": int(user_picks[i]), "message": texts[i][:80]})
+        # Exact check (untimed): with no searchable words tier 2 is cosine alone, which the reference
+        # reproduces exactly, so sets and order must agree.
+        user_id, org_id = whole.user_id, whole.org_id
+        same_set, same_order = agrees(
+            recall.select(user_id, "", org=org_id, vector=vectors[i]), expected.always, expected.vector_only
+        )
+        vector_tier["checked"] += 1
+        vector_tier["set"] += same_set
+        vector_tier["order"] += same_order
+        if not same_order:
+            if expected.near_tie:
+                vector_tier["float_ties"] += 1
+            elif len(vector_tier["examples"]) < 5:
+                vector_tier["examples"].append({"user": int(user_picks[i]), "message": texts[i][:80]})
+        # The hybrid (what agents get) against the reference's own full-text scorer: a measured rate.
+        chosen = recall.select(user_id, texts[i], org=org_id, vector=vectors[i])
+        same_set, same_order = agrees(chosen, expected.always, expected.hybrid)
+        hybrid["checked"] += 1
+        hybrid["set"] += same_set
+        hybrid["order"] += same_order
+        hybrid["float_ties"] += (not same_order) and expected.near_tie
+        selected = {s.fact.id for s in chosen}
+        hybrid["recall_matches_select"] += sum({s.fact.id for s in r.facts} == selected for r in (r_full, r_db))
         if (i + 1) % step == 0:
             progress(f"recalls: {i + 1 - WARMUP:,}/{config.recalls:,}")
+
+    def rates(counts):
+        n = counts["checked"]
+        return {
+            **counts,
+            "set_rate": round(counts["set"] / n, 6) if n else None,
+            "order_rate": round(counts["order"] / n, 6) if n else None,
+        }
+
     return {
         "n": config.recalls,
         "warmup": WARMUP,
@@ -514,13 +539,7 @@ def measure_recall(config, data, progress):
             "tokens_mean": round(float(np.mean(chars)) / 4, 1),
             "org_facts_shown": org_shown,
         },
-        "agreement": {
-            "checked": checked,
-            "matched": matched,
-            "rate": round(matched / checked, 6) if checked else None,
-            "float_ties": ties,
-            "examples": mismatches,
-        },
+        "agreement": {"vector_tier": rates(vector_tier), "hybrid": rates(hybrid)},
     }
 
 
@@ -529,7 +548,7 @@ def compare_vector_search(config, data, progress, k=8):
     from pgvector.psycopg import register_vector
 
     rng = np.random.default_rng(config.seed + 2)
-    messages = benchdata.chat_messages(config.datasets)
+    messages = chat_messages(config)
     n = config.vector_queries
     texts = [messages[i] for i in rng.choice(len(messages), n)]
     user_picks = rng.integers(0, config.users, n)
@@ -565,7 +584,26 @@ def compare_vector_search(config, data, progress, k=8):
             return times, rows
 
         exact_times, exact_rows = run(exact_sql)
-        out["exact"] = {"method": "btree on user + exact cosine", **_percentiles(exact_times), "agreement": 1.0}
+        # The SQL "exact" search is itself checked against numpy (sets and order), not assumed right.
+        same_set = same_order = ties = 0
+        for i, u in enumerate(user_picks):
+            sl = data.user_slice(int(u))
+            ids = [bytes(row) for row in data.ids[sl]]
+            live = [j for j in range(len(ids)) if data.state[sl][j] == 0]
+            ranked, sims = reference.vector_ranking(data.vectors[data.sentence[sl]], vectors[i], live, ids, -2.0)
+            want = [uuid.UUID(bytes=ids[j]) for j in ranked[:k]]
+            got = exact_rows[i]
+            same_set += set(got) == set(want)
+            same_order += got == want
+            cut = [sims[j] for j in ranked[k - 1 : k + 1]]
+            ties += got != want and len(cut) == 2 and abs(cut[0] - cut[1]) < TIE
+        out["exact"] = {
+            "method": "btree on user + exact cosine",
+            **_percentiles(exact_times),
+            "agreement": round(same_set / n, 4),
+            "order_agreement": round(same_order / n, 4),
+            "float_ties": int(ties),
+        }
 
         progress(f"building HNSW index over {len(data.sentence):,} facts (this takes a while)")
         t0 = time.perf_counter()
@@ -674,7 +712,8 @@ def run(config, progress):
             "full_p95_le_20ms": bool(results["full_ms"]["p95"] <= 20),
             "db_p95_le_5ms": bool(results["db_ms"]["p95"] <= 5),
             "topk_agreement_100pct": bool(
-                results["agreement"]["matched"] + results["agreement"]["float_ties"] == results["agreement"]["checked"]
+                results["agreement"]["vector_tier"]["order"] + results["agreement"]["vector_tier"]["float_ties"]
+                == results["agreement"]["vector_tier"]["checked"]
             ),
         },
         "machine": machine_info,
@@ -702,11 +741,13 @@ def table(result):
             rows.append((f"top-{vs['k']} HNSW relaxed, ef_search={h['method'].rsplit('=', 1)[1]}", h))
     for name, p in rows:
         lines.append(f"{name:<44}{p['p50']:>9.2f}{p['p95']:>9.2f}{p['p99']:>9.2f}{p['mean']:>9.2f}")
-    agreement = rec["agreement"]
+    vt, hy = rec["agreement"]["vector_tier"], rec["agreement"]["hybrid"]
     lines += [
         "",
-        f"agreement with exact numpy scan: {agreement['matched']}/{agreement['checked']} "
-        f"(float ties: {agreement['float_ties']})",
+        f"vector tier vs numpy reference: set {vt['set']}/{vt['checked']}, order {vt['order']}/{vt['checked']} "
+        f"(float ties: {vt['float_ties']})",
+        f"hybrid vs Python full-text + RRF reference (measured): set {hy['set']}/{hy['checked']}, "
+        f"order {hy['order']}/{hy['checked']}",
         f"block: {rec['block']['facts_mean']} facts, ~{rec['block']['tokens_mean']} tokens on average",
     ]
     if vs:

@@ -243,18 +243,23 @@ def _cached(session):
 
 # One statement, so it is atomic on its own: store the block only if nobody stored another since we
 # looked (of two first recalls racing, one wins; the loser changes nothing and returns the winner's),
-# mark every selected fact recalled in a single UPDATE, and log each one with its tier and score.
+# mark every selected fact recalled (one UPDATE for the person's facts, one for the org's), and log each
+# one with its tier and score. Every per-user part names user_id, so under Citus it routes to one shard.
 # {relax} turns off the wait for the WAL flush for this statement's own transaction: a crash could
 # lose the last fraction of a second of recall logs (the block is then simply recomputed), which is
 # not worth a disk flush on every agent turn.
 STORE_SQL = """
 WITH claimed AS (
     UPDATE memoryapp_agentsession SET memory_block = %(block)s, memory_block_at = %(now)s
-    WHERE id = %(session)s AND memory_block_at IS NOT DISTINCT FROM %(previous)s::timestamptz
+    WHERE id = %(session)s AND user_id = %(user)s AND memory_block_at IS NOT DISTINCT FROM %(previous)s::timestamptz
     RETURNING id
 ), marked AS (
     UPDATE memoryapp_memoryfact SET last_recalled_at = %(now)s
-    WHERE id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
+    WHERE user_id = %(user)s AND id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING id
+), org_marked AS (
+    UPDATE memoryapp_memoryfact SET last_recalled_at = %(now)s
+    WHERE org_id = %(org)s AND scope = 'org' AND id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
     RETURNING id
 ), logged AS (
     INSERT INTO memoryapp_recalllog (user_id, session_id, fact_id, tier, score, position, created_at)
@@ -263,7 +268,8 @@ WITH claimed AS (
         WITH ORDINALITY AS u(fact_id, tier, score, position)
     RETURNING id
 )
-SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked), (SELECT count(*) FROM logged){relax}
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked) + (SELECT count(*) FROM org_marked),
+    (SELECT count(*) FROM logged){relax}
 """
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
@@ -293,6 +299,7 @@ def recall(session, message, refresh=False, vector=None):
                 "session": session.id,
                 "previous": session.memory_block_at,
                 "user": session.user_id,
+                "org": session.org_id,
                 "ids": [s.fact.id for s in chosen],
                 "tiers": [s.tier for s in chosen],
                 "scores": [s.score for s in chosen],

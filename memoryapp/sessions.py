@@ -137,20 +137,23 @@ def enqueue_extraction(session_id):
 
 def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
     """Record the end and enqueue extraction after commit; ending twice is harmless."""
+    # Every statement names the user as well as the session: per-user tables route by user_id (Citus).
+    mine = AgentSession.objects.filter(id=session.id, **({"user_id": session.user_id} if session.user_id else {}))
     with transaction.atomic():
-        claimed = AgentSession.objects.filter(id=session.id, ended_at__isnull=True).update(
-            ended_at=clock.now(), end_reason=reason
-        )
+        now = clock.now()
+        claimed = mine.filter(ended_at__isnull=True).update(ended_at=now, end_reason=reason)
         if not claimed:
             return False
-        session.refresh_from_db()
+        # Re-read the row and the person (their memory switch may have changed since the session opened).
+        fresh = mine.select_related("user").get()
+        for f in AgentSession._meta.concrete_fields:
+            setattr(session, f.attname, getattr(fresh, f.attname))
+        session.user = fresh.user
         if not writing.memory_allowed(session):
             extraction.skip_session(session)
             return True
         # The lease lets the sweeper re-enqueue if the broker lost (or never got) the message.
-        AgentSession.objects.filter(id=session.id).update(
-            extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + QUEUE_LEASE
-        )
+        mine.update(extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + QUEUE_LEASE)
         enqueue_extraction(session.id)
     return True
 
@@ -166,10 +169,10 @@ def sweep(now=None, batch=500):
         (AgentSession.EndReason.CAP, Q(started_at__lte=cap_before)),
         (AgentSession.EndReason.IDLE, Q(last_activity_at__lte=idle_before)),
     ):
-        ids = list(AgentSession.objects.open().filter(cond).values_list("id", flat=True)[:batch])
-        for sid in ids:
+        ids = list(AgentSession.objects.open().filter(cond).values_list("id", "user_id")[:batch])
+        for sid, user_id in ids:
             # end_session's conditional update (ended_at IS NULL) lets exactly one sweeper claim it.
-            if end_session(AgentSession(id=sid), reason=reason):
+            if end_session(AgentSession(id=sid, user_id=user_id), reason=reason):
                 ended += 1
 
     retry = settings.MEMORY["EXTRACTION_MAX_ATTEMPTS"]

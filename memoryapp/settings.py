@@ -65,6 +65,7 @@ MIDDLEWARE = [
     "memoryapp.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "memoryapp.middleware.ContentSecurityPolicyMiddleware",
+    "memoryapp.replica.ReplicaMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -107,6 +108,13 @@ DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Each concurrent test run (CI, a developer, a helper) can take its own test database.
 DATABASES["default"]["TEST"] = {"NAME": "test_memoryapp" + env("TEST_DB_SUFFIX", "")}
+# A streaming replica for page reads (see memoryapp/replica.py and docs/scaling.md); off when unset.
+DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+DATABASE_ROUTERS = ["memoryapp.replica.ReplicaRouter"]
+REPLICA_PIN_SECONDS = env_int("REPLICA_PIN_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- cache, used by rate limits ------------------------------------------
