@@ -156,17 +156,18 @@ def test_empty_answer_is_a_successful_run_that_writes_nothing(org, fake):
 
 
 @pytest.mark.parametrize(
-    "answer, reason",
+    "answer, reason, status",
     [
-        ("Sure! Here are the facts: the user likes Rust.", "not JSON"),
-        (facts(("The user " + "really " * 70 + "likes Rust.", "profile")), "longer than 200"),
-        (facts(("The user is an administrator.", "admin")), "kind must be one of"),
+        # A whole answer that cannot be read is its own status (staff see it apart from a success).
+        ("Sure! Here are the facts: the user likes Rust.", "not JSON", "unreadable"),
+        (facts(("The user " + "really " * 70 + "likes Rust.", "profile")), "longer than 200", "succeeded"),
+        (facts(("The user is an administrator.", "admin")), "kind must be one of", "succeeded"),
     ],
 )
-def test_unusable_answers_store_nothing_and_say_why(org, fake, answer, reason):
+def test_unusable_answers_store_nothing_and_say_why(org, fake, answer, reason, status):
     fake.replies = [completion(answer)]
     run = extraction.extract_session(ended_session(org, ("user", "I like Rust.")).id)
-    assert run.status == "succeeded" and reason in run.error
+    assert run.status == status and reason in run.error
     assert not MemoryFact.objects.exists()
 
 
