@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_DATASETS = BASE_DIR.parent / "shared" / "datasets"
@@ -43,8 +44,6 @@ def table(headers, rows):
 def machine():
     """What the numbers were measured on."""
     try:
-        import psutil
-
         memory_gb = round(psutil.virtual_memory().total / 2**30, 1)
         load = [round(x, 2) for x in os.getloadavg()]
     except (ImportError, OSError):

@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count
 from django.db.models.functions import Lower
@@ -274,8 +276,6 @@ def _audit(org, expected_sessions):
 
 def _forget_queue(broker, tag):
     try:
-        import redis
-
         redis.Redis.from_url(broker).delete(tag)
     except Exception:  # the queue is empty by now; a leftover key is harmless
         pass
@@ -284,8 +284,6 @@ def _forget_queue(broker, tag):
 def _clean_up(org):
     """Remove everything the run created: its people (through the one erasure path) and its org."""
     for user_id in list(ExternalIdentity.objects.filter(org=org).values_list("user_id", flat=True)):
-        from django.contrib.auth import get_user_model
-
         user = get_user_model().objects.filter(id=user_id).first()
         if user is not None:
             erasure.erase_user(user, requested_via="command")

@@ -35,10 +35,12 @@ class OurEmbedder:
         if self.given is not None:
             return self.given
         if self.embed_fn is None:
+            # Imported on first use: this script runs in mem0's virtualenv, and Django is set up
+            # only once mem0 asks for a vector we did not hand it.
             import django
 
             django.setup()
-            from memoryapp import embeddings
+            from memoryapp import embeddings  # needs django.setup() first
 
             self.embed_fn = embeddings.embed
         return [float(x) for x in self.embed_fn(text)]
@@ -50,7 +52,7 @@ class Peer:
         self.embedder = OurEmbedder()
 
     def open(self, r):
-        from mem0 import Memory
+        from mem0 import Memory  # mem0 exists only in the peer virtualenv that runs this script
 
         config = {
             "vector_store": {
@@ -76,7 +78,7 @@ class Peer:
                     "((payload->>'user_id'))"
                 )
         self.memories[r["collection"]] = memory
-        import mem0
+        import mem0  # the peer virtualenv's package, as in open()
 
         return {"mem0_version": getattr(mem0, "__version__", "?")}
 
@@ -96,6 +98,7 @@ class Peer:
     def load(self, r):
         """Rows as `Memory.add(infer=False)` writes them (mem0's `_create_memory`: the same payload keys),
         written with COPY into mem0's own table: mem0's per-row INSERTs took ~9 ms a row on this machine."""
+        # mem0's own helpers, from the peer virtualenv (numpy comes with mem0 there).
         import numpy as np
         from mem0.utils.lemmatization import lemmatize_for_bm25
 

@@ -23,12 +23,19 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import override_settings
+from pgvector.psycopg import register_vector
 
 from bench import common as benchmarks
 from bench import recall as recallbench
 from bench import reference
 from bench.write import database_url
+from evals import locomo as lb
 from memoryapp import db, embeddings, recall
+from memoryapp.models import MemoryFact, Organization
 
 MEM0_PIN = "mem0ai==2.2.1"
 PEER_PACKAGES = [MEM0_PIN, "psycopg[binary,pool]==3.3.9", "numpy==2.4.6"]
@@ -130,7 +137,6 @@ class SqlShapePeer:
         return getattr(self, op)(r)
 
     def open(self, r):
-        from pgvector.psycopg import register_vector
 
         c = r["collection"]
         self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -189,7 +195,6 @@ class SqlShapePeer:
         return {"ms": (time.perf_counter() - t0) * 1000, "ids": ids}
 
     def explain(self, r):
-        from pgvector.psycopg import register_vector
 
         register_vector(self.conn)
         plan = self.conn.execute(
@@ -277,9 +282,6 @@ def run(config, progress, queries, no_install=False, use_sql_peer=False):
     try:
         with bench:
             recallbench.load(config, data, progress)
-            from django.contrib.auth import get_user_model
-
-            from memoryapp.models import Organization
 
             user_ids = list(
                 get_user_model()
@@ -497,13 +499,6 @@ def _interleave(per_user, k):
 
 def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=10):
     """Evidence recall@k of recall's tier 2 and of mem0's search on the same observation facts."""
-    import re as _re
-
-    from django.conf import settings
-    from django.test import override_settings
-
-    from evals import locomo as lb
-    from memoryapp.models import MemoryFact
 
     python = None if use_sql_peer else ensure_mem0(progress, install=not no_install)[0]
     bench = recallbench.BenchDatabase(config.database + "_locomo")
@@ -513,8 +508,6 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
     peer = None
     try:
         with bench:
-            from django.core.management import call_command
-
             call_command("migrate", verbosity=0, interactive=False)
             loaded = lb.load(path, progress_factory=lambda label, n: benchmarks.Progress(label, n, None))
             test_samples = {s["sample_id"] for s in json.loads(Path(path).read_text())[LOCOMO_TEST_SAMPLES]}
@@ -538,7 +531,7 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
             with override_settings(MEMORY={**settings.MEMORY, **memory}):
                 for n, (q, vec) in enumerate(zip(questions, vectors, strict=True)):
                     names = loaded.speakers[q["sample"]]
-                    lexical = _re.sub("|".join(rf"\b{_re.escape(x)}('s)?\b" for x in names), " ", q["question"])
+                    lexical = re.sub("|".join(rf"\b{re.escape(x)}('s)?\b" for x in names), " ", q["question"])
                     ours = [[s.fact.id for s in recall.select(u, lexical, vector=vec)] for u in q["user_ids"]]
                     theirs = [
                         [

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connections
+from pgvector.psycopg import register_vector
 
 from bench import data as benchdata
 from bench import reference
@@ -545,7 +546,6 @@ def measure_recall(config, data, progress):
 
 def compare_vector_search(config, data, progress, k=8):
     """Per-user exact search (btree on user, exact cosine) vs HNSW with iterative scan: latency, agreement."""
-    from pgvector.psycopg import register_vector
 
     rng = np.random.default_rng(config.seed + 2)
     messages = chat_messages(config)

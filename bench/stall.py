@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from django.db import connection
 from django.test import Client, override_settings
 
-from memoryapp import backends, extraction, sessions, writing
+from memoryapp import backends, erasure, extraction, sessions, writing
 from memoryapp.backends.base import VERDICT_SYSTEM
-from memoryapp.models import ExtractionRun, MemoryFact, Organization
+from memoryapp.models import ExternalIdentity, ExtractionRun, MemoryFact, Organization
 
 BENCH_ORG = "bench-stall"
 OLD = "The user's code editor is Vim."
@@ -184,8 +184,6 @@ def measure(stall, rounds):
 
 def cleanup(org):
     """Erase every person the benchmark created, then its organisation."""
-    from memoryapp import erasure
-    from memoryapp.models import ExternalIdentity
 
     for ident in ExternalIdentity.objects.filter(org=org).select_related("user"):
         erasure.erase_user(ident.user, requested_via="command")

@@ -11,11 +11,14 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import redis
 from django.contrib.auth import get_user_model
 from django.db import connection
+from kombu import pools
 
 from bench import common as benchmarks
 from memoryapp import backends, db, embeddings, sessions, writing
+from memoryapp.celery import app
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, Organization
 
 CITIES = "Lisbon Porto Berlin Madrid Oslo Dublin Toronto Austin Denver Kyoto Nairobi Lyon".split()
@@ -68,7 +71,6 @@ def database_url():
 
 
 def _reset_producers(app):
-    from kombu import pools
 
     pools.reset()
     if app._pool is not None:
@@ -80,7 +82,6 @@ def _reset_producers(app):
 @contextmanager
 def publishing_to(broker_url, queue):
     """This process publishes tasks to `broker_url` on `queue` inside the block."""
-    from memoryapp.celery import app
 
     saved = {k: app.conf[k] for k in ("broker_url", "task_default_queue", "broker_transport_options")}
     saved_env = os.environ.get("CELERY_BROKER_URL")
@@ -104,7 +105,6 @@ def celery_workers(count, broker_url, queue):
 
     Their output goes to a temporary log file, named in the error if one fails to start.
     """
-    from memoryapp.celery import app
 
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ANTHROPIC_API_KEY", "CELERY_EAGER")}
     env.update(
@@ -135,8 +135,6 @@ def celery_workers(count, broker_url, queue):
         benchmarks.stop_processes(procs)
         log.close()
         try:
-            import redis
-
             redis.Redis.from_url(broker_url).delete(queue)
         except Exception:  # noqa: BLE001 - cleanup of a scratch queue must not hide the results
             pass

@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from memoryapp import backends, clock, embeddings, erasure, extraction, recall, sessions, writing
+from memoryapp import backends, clock, embeddings, erasure, extraction, forgetting, orgs, recall, sessions, writing
 from memoryapp.models import KINDS, FactEvent, MemoryFact, Organization, OrgFactProposal
 
 BACKENDS = ("scripted", "offline", "anthropic")
@@ -737,10 +737,6 @@ class Runner:
         self.moved += delta
 
     def step_forget(self, step):
-        try:
-            from memoryapp import forgetting
-        except ImportError as exc:
-            raise StepFailed(f"forgetting is not available: {exc}") from None
         forgetting.run_forgetting(mode=step.args)
 
     def step_correct(self, step):
@@ -780,8 +776,6 @@ class Runner:
         self.check(step, not left, "erasure leaves no trace (built-in)", "no rows keyed by the user", ", ".join(left))
 
     def step_approve_org(self, step):
-        from memoryapp import orgs
-
         pending = OrgFactProposal.objects.filter(org=self.org, status=OrgFactProposal.Status.PENDING).order_by("id")
         proposal = self.find_fact(pending, step.args["fact"], "pending org proposal")
         with override_settings(EXTRACTION_BACKEND=self.verdict_backend()):

@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.utils import timezone
 
@@ -50,7 +51,6 @@ class Ingested:
     last_date: object = None
 
     def cleanup(self):
-        from django.contrib.auth import get_user_model
 
         get_user_model().objects.filter(id__in=[u.id for u in self.users.values()]).delete()
         self.org.delete()

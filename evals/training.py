@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from evals import verdicts as ve
+from memoryapp import embeddings
 from memoryapp.backends import learned, phrasing
 
 SEED = 17
@@ -196,7 +197,6 @@ class Vectors:
                     self.table[str(t)] = v
 
     def prime(self, texts):
-        from memoryapp import embeddings
 
         todo = sorted({t for t in texts if t not in self.table}, key=lambda t: (len(t), t))
         progress = self.progress_factory("embedding", len(todo)) if self.progress_factory and todo else None

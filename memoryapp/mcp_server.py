@@ -12,6 +12,7 @@ import functools
 import uuid
 from typing import Annotated, Literal
 
+from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -304,7 +305,6 @@ def explain(fact):
 
 def http_app():
     """The streamable-HTTP ASGI app (stateless, JSON answers) served at /mcp/ by memoryapp.asgi."""
-    from django.conf import settings
 
     # The SDK's DNS-rebinding guard, opened to the hosts Django itself serves.
     hosts = [h for h in settings.ALLOWED_HOSTS if h != "*"]

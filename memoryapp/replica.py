@@ -11,6 +11,7 @@ import contextvars
 import time
 
 from django.conf import settings
+from django.db import connections
 
 REPLICA = "replica"
 PAGE_PREFIXES = ("/me/", "/console/", "/orgs/")
@@ -34,7 +35,6 @@ class ReplicaRouter:
     def db_for_read(self, model, **hints):
         if not _reads_from_replica.get():
             return None
-        from django.db import connections
 
         if connections["default"].in_atomic_block:
             return None  # reads in a transaction must see that transaction's writes

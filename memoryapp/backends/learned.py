@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memoryapp import embeddings
+
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
 WEIGHTS_SHA256 = "0e1876c59b43c1011d19abb1b3b20bf67eb5254edc2d5b30d2b456e429b15990"
 KINDS = ("preference", "constraint", "profile", "goal")
@@ -261,7 +263,6 @@ _CACHE_SIZE = 4096
 
 def vectors(texts):
     """MiniLM vectors for texts, one batch for the ones not seen lately (stored facts recur)."""
-    from memoryapp import embeddings
 
     texts = list(texts)
     if not texts:

@@ -2,6 +2,7 @@ import random
 import time
 import uuid
 
+import redis
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import common as benchmarks
@@ -26,7 +27,6 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         if o["smoke"]:
             o.update(users=3, sessions=6, latency_sessions=3, facts=20)
-        import redis
 
         try:
             redis.Redis.from_url(o["broker"], socket_connect_timeout=2).ping()
