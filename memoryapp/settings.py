@@ -48,6 +48,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from STATIC_ROOT (after collectstatic) with far-future caching, so the
+    # production server (gunicorn, DEBUG off) shows the real pages with no separate web server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "memoryapp.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -113,6 +116,19 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Hashed, compressed names (collectstatic writes the manifest) unless STATIC_MANIFEST=0: DEBUG
+# runserver and the test suite read the source files directly and never run collectstatic.
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", not DEBUG)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATIC_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+# Without a manifest WhiteNoise looks files up through the finders (no collectstatic needed).
+WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 
 # --- security -------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -131,7 +147,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
-    for folder in ("broker", "broker-processed"):
+    for folder in ("broker", "broker-processed", "broker-control"):
         (db.DATA_DIR / folder).mkdir(parents=True, exist_ok=True)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {}
@@ -140,7 +156,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(db.DATA_DIR / "broker"),
         "data_folder_out": str(db.DATA_DIR / "broker"),
         "processed_folder": str(db.DATA_DIR / "broker-processed"),
+        "control_folder": str(db.DATA_DIR / "broker-control"),  # default is ./control in the working directory
         "store_processed": False,
+        # The worker looks for new files this often (default 1 s); shorter also lets a stopping
+        # worker leave its polling loop sooner (SIGTERM to exit under 10 s).
+        "polling_interval": 0.25,
     }
 )
 CELERY_TASK_SERIALIZER = "json"
