@@ -43,6 +43,12 @@ def org_kind_name(kind):
 
 
 @register.filter
+def org_kind_plural(kind):
+    """A kind's plural display name for org facts (group headings)."""
+    return display.kind_name(kind, plural=True, org=True)
+
+
+@register.filter
 def day(moment):
     """The one date format."""
     from django.utils.dateformat import format as date_format

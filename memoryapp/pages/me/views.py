@@ -17,10 +17,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from memoryapp import clock, erasure, orgs, portal, support_access, validation, writing
+from memoryapp import clock, erasure, orgs, portal, support_access, writing
 from memoryapp import export as exporting
 from memoryapp.models import (
-    FACT_MAX_CHARS,
     AgentSession,
     ErasureReceipt,
     FactEvent,
@@ -30,7 +29,8 @@ from memoryapp.models import (
     RecallLog,
     Turn,
 )
-from memoryapp.pages.display import KIND_CHOICES, KIND_ORDER, KINDS
+from memoryapp.pages.display import KIND_ORDER, KINDS
+from memoryapp.pages.forms import FactForm
 from memoryapp.pages.rendering import form_status, page_or_partial
 
 FACTS_PER_PAGE = 50
@@ -62,30 +62,8 @@ RECEIPT_LABELS = {
 }
 
 
-class FactForm(forms.Form):
-    """The one fact form: text checked for length and markup here, with a clear message, never cut."""
-
-    text = forms.CharField(
-        label="What the assistant should remember",
-        # No maxlength on the field: a browser would silently cut a pasted paragraph mid-word.
-        widget=forms.Textarea(attrs={"rows": 2}),
-        help_text=f"One sentence, up to {FACT_MAX_CHARS} characters.",
-        error_messages={"required": "Write the fact: one sentence."},
-    )
-    kind = forms.ChoiceField(
-        label="Kind", choices=KIND_CHOICES, error_messages={"invalid_choice": "Choose a kind from the list."}
-    )
-
-    def clean_text(self):
-        text = validation.normalise(self.cleaned_data["text"])
-        if len(text) > FACT_MAX_CHARS:
-            raise forms.ValidationError(
-                f"This is {len(text)} characters; a fact can have at most {FACT_MAX_CHARS}. "
-                "Shorten it to one sentence. Nothing was saved."
-            )
-        if "<" in text or ">" in text:
-            raise forms.ValidationError("A fact is plain text: remove the < and > characters. Nothing was saved.")
-        return text
+def _fact_form(*args, **kwargs):
+    return FactForm(*args, text_label="What the assistant should remember", **kwargs)
 
 
 class SwitchForm(forms.Form):
@@ -298,7 +276,7 @@ def fact_edit(request, fact_id):
     fact = _own_fact(request, fact_id)
     if fact.state != "live":
         return redirect("me:fact", fact_id=fact.id)
-    form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
+    form = _fact_form(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
     if request.method == "POST" and form.is_valid():
         text, kind = form.cleaned_data["text"], form.cleaned_data["kind"]
         if text == fact.text and kind == fact.kind:

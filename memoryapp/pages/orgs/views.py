@@ -15,21 +15,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, retarget
 
 from memoryapp import orgs
-from memoryapp.models import FACT_MAX_CHARS, ApiKey, Kind, Membership, MemoryFact, OrgFactProposal
+from memoryapp.models import FACT_MAX_CHARS, ApiKey, Membership, MemoryFact, OrgFactProposal
+from memoryapp.pages.display import KIND_CHOICES
+from memoryapp.pages.forms import FactForm
+from memoryapp.pages.rendering import page_or_partial
 from memoryapp.writing import FactRejected
 
 NEW_KEY_SESSION = "org_new_api_key"
-
-
-class FactForm(forms.Form):
-    text = forms.CharField(
-        max_length=FACT_MAX_CHARS,
-        error_messages={
-            "required": "Write the fact as one sentence.",
-            "max_length": f"A fact is at most {FACT_MAX_CHARS} characters.",
-        },
-    )
-    kind = forms.ChoiceField(choices=Kind.choices, error_messages={"invalid_choice": "Choose a kind from the list."})
 
 
 class MemberForm(forms.Form):
@@ -96,9 +88,7 @@ def _admin(view):
 
 
 def _page(request, template, partial, context, status=200):
-    """The full page, or only its partial for an htmx request."""
-    name = f"{template}#{partial}" if request.htmx else template
-    return render(request, name, context, status=status)
+    return page_or_partial(request, template, partial, context, status=status)
 
 
 def _done(request, url_name, org, notice, render_partial):
@@ -128,7 +118,7 @@ def _memory_context(org, membership, **extra):
         "tab": "memory",
         "groups": orgs.live_facts(org),
         "expired": orgs.expired_facts(org),
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
         **extra,
@@ -198,7 +188,7 @@ def fact_edit(request, org, membership, fact_id):
         "tab": "memory",
         "fact": fact,
         "form": form,
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
     }
@@ -231,7 +221,7 @@ def _render_proposals(request, org, membership, status=200, **extra):
         "tab": "proposals",
         "proposals": orgs.pending_proposals(org),
         "decided": orgs.recent_decisions(org),
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
         **extra,
