@@ -192,6 +192,7 @@ def health(request):
         "chart": chart,
         "legend": charts.legend(data.categories, HOUR_NAMES),
         "cost_chart": cost_chart,
+        "any_cost": any(day["cost_usd"] or day["input_tokens"] or day["output_tokens"] for day in data.usage),
         "hour_rows": [(h, counts) for h, counts in data.hours if any(counts.values())],
         "section": "health",
     }
@@ -266,7 +267,8 @@ def quality(request):
     start = end - timedelta(weeks=weeks)
     fps = metrics.facts_per_session(start, end)
     contradiction = metrics.contradiction_rate(start, end)
-    precision = metrics.recall_precision(end=end)
+    # The period buttons change every chart: precision is monthly, so its window is at least a month.
+    precision = metrics.recall_precision(start=min(start, end - timedelta(days=31)), end=end)
     c_avg = metrics.average(contradiction)
     context = {
         "weeks": weeks,
@@ -331,6 +333,7 @@ def review_queue(request):
         "page": page,
         "groups": [(session, turns.get(session.id, []), items) for session, items in groups.items()],
         "reviews": metrics.review_counts(),
+        "message_days": forgetting.RECALL_MESSAGE_DAYS,
         "section": "quality",
     }
     return render(request, "console/review.html", context)
