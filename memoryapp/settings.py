@@ -117,8 +117,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 # Hashed, compressed names (collectstatic writes the manifest) unless STATIC_MANIFEST=0: DEBUG
-# runserver and the test suite read the source files directly and never run collectstatic.
-STATIC_MANIFEST = env_bool("STATIC_MANIFEST", not DEBUG)
+# runserver and the test suite (pytest sets PYTEST_VERSION before settings load) read the source
+# files directly and never run collectstatic.
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", not DEBUG and "PYTEST_VERSION" not in os.environ)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -3,8 +3,6 @@ import os
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
-# Tests read static files from static/ directly; the first-run test runs collectstatic itself.
-os.environ.setdefault("STATIC_MANIFEST", "0")
 
 import pytest
 from django.contrib.auth import get_user_model

@@ -28,7 +28,8 @@ def free_port():
 
 def app_env(tmp_path, port):
     """The environment of a fresh clone (no DEBUG, no broker, no overrides), on the test database."""
-    dropped = ("DEBUG", "STATIC_MANIFEST", "CELERY_BROKER_URL", "REDIS_URL", "ANTHROPIC_API_KEY", "CELERY_EAGER")
+    dropped = ("DEBUG", "STATIC_MANIFEST", "PYTEST_VERSION", "CELERY_BROKER_URL", "REDIS_URL")
+    dropped += ("ANTHROPIC_API_KEY", "CELERY_EAGER")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(
         DATABASE_URL=worker_database_url(),

@@ -212,7 +212,14 @@ def poisoning_audit(request):
     return render(
         request,
         "console/poisoning.html",
-        {"page": page, "probes": poisoning.probes(), "total": len(flagged), "section": "poisoning"},
+        {
+            "page": page,
+            "probes": poisoning.probes(),
+            "total": len(flagged),
+            "findings": sum(1 for f in flagged if f.strength != "weak"),
+            "weak": sum(1 for f in flagged if f.strength == "weak"),
+            "section": "poisoning",
+        },
     )
 
 

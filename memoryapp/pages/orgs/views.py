@@ -120,6 +120,7 @@ def _memory_context(org, membership, **extra):
         "expired": orgs.expired_facts(org),
         "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
+        "add_form": FactForm(),
         **_nav(org, membership),
         **extra,
     }
