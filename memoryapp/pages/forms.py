@@ -19,7 +19,9 @@ class FactForm(forms.Form):
     )
     # No default kind: the person chooses, the form never guesses "preference".
     kind = forms.ChoiceField(
-        label="Kind", choices=KIND_CHOICES, error_messages={"invalid_choice": "Choose a kind from the list."}
+        label="Kind",
+        choices=KIND_CHOICES,
+        error_messages={"required": "Choose a kind from the list.", "invalid_choice": "Choose a kind from the list."},
     )
 
     def __init__(self, *args, text_label=None, **kwargs):
