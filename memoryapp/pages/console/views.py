@@ -24,6 +24,8 @@ from memoryapp.models import (
     SupportAccess,
     Turn,
 )
+from memoryapp.pages import display
+from memoryapp.pages.rendering import page_or_partial
 
 staff_only = staff_member_required(login_url="login")
 PER_PAGE = 25
@@ -103,10 +105,6 @@ def _restorable(fact, now):
     return deadline is not None and fact.superseded_at is None and now <= deadline
 
 
-def _partial(request, template, name):
-    return f"{template}#{name}" if request.htmx else template
-
-
 # --- find and provenance ----------------------------------------------------------
 
 
@@ -121,13 +119,13 @@ def find(request):
     context = {
         "filters": filters,
         "page": page,
-        "kinds": MemoryFact._meta.get_field("kind").choices,
+        "kinds": [(k, display.kind_name(k)) for k in display.KIND_ORDER],
         "states": provenance.STATES,
         "origins": MemoryFact.Origin.choices,
         "backends": BACKENDS,
         "section": "find",
     }
-    return render(request, _partial(request, "console/find.html", "results"), context)
+    return page_or_partial(request, "console/find.html", "results", context)
 
 
 @staff_only

@@ -18,7 +18,7 @@ from memoryapp import orgs
 from memoryapp.models import FACT_MAX_CHARS, ApiKey, Membership, MemoryFact, OrgFactProposal
 from memoryapp.pages.display import KIND_CHOICES
 from memoryapp.pages.forms import FactForm
-from memoryapp.pages.rendering import page_or_partial
+from memoryapp.pages.rendering import form_status, page_or_partial
 from memoryapp.writing import FactRejected
 
 NEW_KEY_SESSION = "org_new_api_key"
@@ -160,7 +160,7 @@ def fact_add(request, org, membership):
                 notice,
                 lambda n: _render_memory(request, org, membership, notice=n),
             )
-    return _render_memory(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+    return _render_memory(request, org, membership, status=form_status(request, ok=False), add_form=form)
 
 
 @require_http_methods(["GET", "POST"])
@@ -193,7 +193,7 @@ def fact_edit(request, org, membership, fact_id):
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
     }
-    status = 400 if request.method == "POST" and not request.htmx else 200
+    status = form_status(request, ok=request.method != "POST")
     return _page(request, "orgs/fact_edit.html", "edit", context, status=status)
 
 
@@ -261,7 +261,7 @@ def proposal_decide(request, org, membership, proposal_id):
             raise FactRejected("Choose approve or reject.")
     except (FactRejected, orgs.OrgError) as exc:
         errors = {proposal.id: str(exc)}
-        return _render_proposals(request, org, membership, status=200 if request.htmx else 400, errors=errors)
+        return _render_proposals(request, org, membership, status=form_status(request, ok=False), errors=errors)
     return _done(request, "org-proposals", org, notice, lambda n: _render_proposals(request, org, membership, notice=n))
 
 
@@ -310,7 +310,7 @@ def member_add(request, org, membership):
             return _done(
                 request, "org-members", org, notice, lambda n: _render_members(request, org, membership, notice=n)
             )
-    return _render_members(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+    return _render_members(request, org, membership, status=form_status(request, ok=False), add_form=form)
 
 
 @require_POST
@@ -322,7 +322,7 @@ def member_role(request, org, membership, membership_id):
         orgs.change_role(target, request.POST.get("role", ""))
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={target.id: str(exc)}
         )
     if target.id == membership.id and target.role != Membership.Role.ADMIN:
         # They demoted themselves: they can no longer manage the members page.
@@ -346,7 +346,7 @@ def member_remove(request, org, membership, membership_id):
         orgs.remove_member(target)
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={target.id: str(exc)}
         )
     if target.id == membership.id:
         messages.success(request, f"You left {org.name}.")
@@ -368,7 +368,7 @@ def leave(request, slug):
         orgs.remove_member(membership)
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={membership.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={membership.id: str(exc)}
         )
     messages.success(request, f"You left {org.name}. Your personal memory is unchanged.")
     return _hx_redirect(request, reverse("org-list"))
@@ -418,7 +418,7 @@ def key_create(request, org, membership):
             request,
             org,
             membership,
-            status=200 if request.htmx else 400,
+            status=form_status(request, ok=False),
             key_error=str(exc),
             name=request.POST.get("name", ""),
         )
