@@ -354,6 +354,8 @@ def test_switch_rejects_nonsense(as_alice, alice):
 
 def test_what_we_know_page_and_json_download(as_alice, alice, seeded):
     page = text_of(as_alice.get("/me/data/"))
+    assert "<title>Data and privacy · memoryapp</title>" in page
+    assert page.count('class="danger-zone"') == 1  # erasure sits apart, once
     assert "PostgreSQL" in page and "superseded" in page  # replaced versions are listed too
     assert "Nobody at support has opened your memory." in page
     response = as_alice.get("/me/data/export.json")
