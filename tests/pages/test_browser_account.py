@@ -77,7 +77,7 @@ def run_flow(page, api, org, scripted, js, prefix):
     row_action(page, CORRECTED_TO, "History")
     page.get_by_role("heading", name="History of a fact").wait_for()
     versions = page.locator(".versions").inner_text()
-    assert CORRECTED_FROM in versions and CORRECTED_TO in versions
+    assert as_yours(CORRECTED_FROM) in versions and as_yours(CORRECTED_TO) in versions
     assert "You corrected it" in versions and "Learned from a conversation" in versions
     screenshot(page, f"{prefix}-history")
 

@@ -20,6 +20,14 @@ PARAGRAPH = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    """Every test here signs in; the sign-in limit (10 a minute per address) is per test, not per run."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def pat(org, make_user, scripted):
     person = make_user("pat", org)
