@@ -21,6 +21,8 @@ KIND_CHOICES = [
     ("preference", "Preference: how things should be done"),
     ("goal", "Goal: something being worked towards"),
 ]
+# The neutral names, for staff (a profile fact is not "about you" to a support agent).
+KIND_LABELS = {"constraint": "Constraint", "profile": "Profile", "preference": "Preference", "goal": "Goal"}
 DATE_FORMAT = "j M Y"  # 3 Dec 2026, on every page
 
 

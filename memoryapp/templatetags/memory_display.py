@@ -37,6 +37,12 @@ def kind_name(kind, plural=False):
 
 
 @register.filter
+def kind_label(kind):
+    """A kind's neutral name (support console)."""
+    return display.KIND_LABELS.get(kind, kind)
+
+
+@register.filter
 def org_kind_name(kind):
     """One kind's display name for an org fact."""
     return display.kind_name(kind, org=True)

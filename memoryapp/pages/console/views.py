@@ -119,7 +119,7 @@ def find(request):
     context = {
         "filters": filters,
         "page": page,
-        "kinds": [(k, display.kind_name(k)) for k in display.KIND_ORDER],
+        "kinds": [(k, display.KIND_LABELS[k]) for k in display.KIND_ORDER],
         "states": provenance.STATES,
         "origins": MemoryFact.Origin.choices,
         "backends": BACKENDS,
