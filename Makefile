@@ -33,9 +33,8 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "Could not install chromium: browser tests will fail"; }
 
+# scripts/run migrates, collects static files, seeds the demo data and starts gunicorn, the worker and beat.
 run: install
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
 	scripts/run
 
 test: install-dev browser

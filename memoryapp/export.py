@@ -64,6 +64,7 @@ def _session(s, turns):
         "extraction_status": s.extraction_status,
         "turn_count": s.turn_count,
         "memory_block": s.memory_block,
+        "memory_block_message": s.memory_block_message or None,  # kept for the recall review window
         "retained_turns": [
             {"ordinal": t.ordinal, "role": t.role, "content": t.content, "created_at": _iso(t.created_at)}
             for t in turns

@@ -292,8 +292,12 @@ _UNNEEDED_TURNS = f"""
 """
 
 
+RECALL_MESSAGE_DAYS = 31  # the recall review samples sessions recalled in the last 31 days
+
+
 def apply_retention(now=None, batch=None):
-    """Delete turns older than TURN_RETENTION_DAYS unless they are the source of a live fact; returns the count."""
+    """Delete turns older than TURN_RETENTION_DAYS unless they are the source of a live fact, and
+    clear the recall message kept for review once the review window has passed; returns the turn count."""
     now = now or clock.now()
     batch = batch or settings.MEMORY["FORGETTING_BATCH"]
     cutoff = now - timedelta(days=settings.MEMORY["TURN_RETENTION_DAYS"])
@@ -307,6 +311,9 @@ def apply_retention(now=None, batch=None):
                 cur.execute(_UNNEEDED_TURNS, [ids])
                 doomed = [row[0] for row in cur.fetchall()]
                 deleted += Turn.objects.filter(id__in=doomed).delete()[0]
+        AgentSession.objects.filter(memory_block_at__lt=now - timedelta(days=RECALL_MESSAGE_DAYS)).exclude(
+            memory_block_message=""
+        ).update(memory_block_message="")
         return deleted
     finally:
         _unlock(RETENTION_LOCK)

@@ -189,6 +189,9 @@ class AgentSession(models.Model):
     # The memory block computed by the first recall, reused for the whole session (prompt cache).
     memory_block = models.TextField(null=True, blank=True)
     memory_block_at = models.DateTimeField(null=True, blank=True)
+    # The message the stored block was chosen for: support's recall review shows it. Cleared by the
+    # nightly retention job once the review window (forgetting.RECALL_MESSAGE_DAYS) has passed.
+    memory_block_message = models.TextField(blank=True, default="")
 
     objects = AgentSessionQuerySet.as_manager()
 

@@ -145,7 +145,9 @@ def recent_decisions(org, limit=10):
 
 def _claim(proposal):
     """Lock a pending proposal for a decision; a second admin deciding at the same time gets an error."""
-    locked = OrgFactProposal.objects.select_for_update().get(id=proposal.id)
+    locked = OrgFactProposal.objects.select_for_update().filter(id=proposal.id).first()
+    if locked is None:
+        raise OrgError("This proposal was withdrawn by the person whose conversation suggested it.")
     if locked.status != OrgFactProposal.Status.PENDING:
         raise OrgError("This proposal has already been decided.")
     return locked
@@ -211,6 +213,16 @@ def reject_proposal(proposal, admin):
             reason=f"proposal {locked.id}",
         )
     return locked
+
+
+def withdraw_proposal(proposal, user):
+    """The person whose conversation suggested it takes a pending proposal back; False once decided."""
+    # One conditional DELETE: an admin's approval racing this either wins (row no longer pending)
+    # or finds nothing to claim.
+    removed, _ = OrgFactProposal.objects.filter(
+        id=proposal.id, proposed_by=user, status=OrgFactProposal.Status.PENDING
+    ).delete()
+    return bool(removed)
 
 
 # --- members --------------------------------------------------------------------------

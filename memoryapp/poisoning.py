@@ -19,6 +19,9 @@ PER_PROBE = 25  # nearest live facts taken per probe
 # Below this cosine similarity (all-MiniLM-L6-v2) a fact only shares "The user ..." with a probe;
 # above it, it is worth a look. Pattern matches are listed whatever their similarity.
 SIMILARITY_FLOOR = 0.4
+# At or above this a resemblance to a probe is a finding; below it (0.4-0.6 with MiniLM) it is
+# shown as a weak resemblance that is usually an ordinary sentence about the person.
+STRONG_SIMILARITY = 0.6
 PATTERN_LIMIT = 200  # pattern matches taken per audit
 REASON_MAX = 300
 
@@ -48,6 +51,13 @@ class Flagged:
     @property
     def matched(self):
         return bool(self.patterns)
+
+    @property
+    def strength(self):
+        """'pattern' (matches an instruction pattern), 'strong' or 'weak' resemblance to a probe."""
+        if self.matched:
+            return "pattern"
+        return "strong" if self.similarity >= STRONG_SIMILARITY else "weak"
 
 
 def matching_patterns(text):

@@ -250,7 +250,8 @@ def _cached(session):
 # not worth a disk flush on every agent turn.
 STORE_SQL = """
 WITH claimed AS (
-    UPDATE memoryapp_agentsession SET memory_block = %(block)s, memory_block_at = %(now)s
+    UPDATE memoryapp_agentsession
+    SET memory_block = %(block)s, memory_block_at = %(now)s, memory_block_message = %(message)s
     WHERE id = %(session)s AND user_id = %(user)s AND memory_block_at IS NOT DISTINCT FROM %(previous)s::timestamptz
     RETURNING id
 ), marked AS (
@@ -271,6 +272,7 @@ WITH claimed AS (
 SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked) + (SELECT count(*) FROM org_marked),
     (SELECT count(*) FROM logged){relax}
 """
+MESSAGE_KEPT_CHARS = 2000  # enough for a reviewer to judge relevance
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
 
@@ -296,6 +298,7 @@ def recall(session, message, refresh=False, vector=None):
             {
                 "block": block,
                 "now": now,
+                "message": (message or "")[:MESSAGE_KEPT_CHARS],
                 "session": session.id,
                 "previous": session.memory_block_at,
                 "user": session.user_id,

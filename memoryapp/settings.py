@@ -64,6 +64,9 @@ MIDDLEWARE = [
     # Outermost, so it also sees the 400 Django answers for a bad Host header further in.
     "memoryapp.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from STATIC_ROOT (after collectstatic) with far-future caching, so the
+    # production server (gunicorn, DEBUG off) shows the real pages with no separate web server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "memoryapp.middleware.ContentSecurityPolicyMiddleware",
     "memoryapp.replica.ReplicaMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -141,6 +144,20 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Hashed, compressed names (collectstatic writes the manifest) unless STATIC_MANIFEST=0: DEBUG
+# runserver and the test suite (pytest sets PYTEST_VERSION before settings load) read the source
+# files directly and never run collectstatic.
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", not DEBUG and "PYTEST_VERSION" not in os.environ)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATIC_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+# Without a manifest WhiteNoise looks files up through the finders (no collectstatic needed).
+WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 
 # --- security -------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -193,6 +210,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         # kombu's default control folder is ./control, inside the repository.
         "control_folder": str(db.DATA_DIR / "broker-control"),
         "store_processed": False,
+        # The worker looks for new files this often (default 1 s); shorter also lets a stopping
+        # worker leave its polling loop sooner (SIGTERM to exit under 10 s).
+        "polling_interval": 0.25,
     }
 )
 CELERY_TASK_SERIALIZER = "json"

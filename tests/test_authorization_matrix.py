@@ -72,8 +72,9 @@ PAGES = {
         "GET": "302 200 404 404 404 404 302 302 302 404",
         "POST": "405 405 405 405 405 405 405 405 405 405",
     },
+    # The switch lives on Data and privacy: GET sends everyone signed in there.
     "me/settings/": {
-        "GET": "302 200 200 200 200 200 302 302 302 200",
+        "GET": "302 302 302 302 302 302 302 302 302 302",
         "POST": "302 400 400 400 400 400 302 302 302 400",
     },
     "me/data/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
@@ -82,6 +83,11 @@ PAGES = {
         "POST": "405 405 405 405 405 405 405 405 405 405",
     },
     # An empty POST only shows the confirmation form again; nothing is erased without the typed word.
+    # Only the person whose conversation made the proposal may withdraw it; anyone else gets 404.
+    "me/proposals/<int:proposal_id>/withdraw/": {
+        "GET": "405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 302 404 404 404 404 302 302 302 404",
+    },
     "me/erase/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "302 200 200 200 200 200 302 302 302 200"},
     # The receipt holds no personal data, so it needs no sign-in.
     "me/erased/<uuid:receipt_id>/": {

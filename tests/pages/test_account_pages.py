@@ -10,6 +10,7 @@ from django.test import Client
 
 from memoryapp import extraction, recall, sessions, writing
 from memoryapp.models import AgentSession, ErasureReceipt, FactEvent, MemoryFact, RecallLog
+from memoryapp.pages.display import as_yours
 
 FIRST_CONVERSATION = [
     ("user", "We're on-prem, contractually. Never propose cloud services."),
@@ -127,22 +128,24 @@ def test_memory_groups_always_on_kinds_first_with_details(as_alice, seeded):
     page = text_of(as_alice.get("/me/"))
     headings = [page.index(h) for h in ("Constraints", "About you", "Preferences", "Goals")]
     assert headings == sorted(headings)
-    assert "The user's main database is PlanetScale." in page
+    assert "Your main database is PlanetScale." in page  # read to its owner in the second person
+    assert "The user's main database" not in page
     assert "The user's main database is PostgreSQL." not in page  # superseded: not shown as memory
     # the confirmed preference says so; a recalled fact says when it was last used
     short = live_fact(seeded["first"].user, "short answers")
     assert short.confirmation_count == 2
-    assert "Confirmed 2 times" in page
-    assert "Last used" in page and "Not used in a conversation yet" in page
+    assert "Heard again once" in page  # confirmed by a second conversation, in words
+    assert "Last used just now" in page and "Not used in a conversation yet" in page
+    assert "0 minutes" not in page and "1 time" not in page
 
 
 def test_memory_search_and_kind_filter(as_alice, seeded):
     page = text_of(as_alice.get("/me/", {"q": "rust"}))
-    assert "The user wants to learn Rust this year." in page
+    assert "You want to learn Rust this year." in page
     assert "The user likes examples written in Python." not in page
     page = text_of(as_alice.get("/me/", {"kind": "constraint"}))
     assert "never uses cloud services" in page
-    assert "The user wants to learn Rust" not in page
+    assert "You want to learn Rust" not in page
     page = text_of(as_alice.get("/me/", {"q": "kubernetes"}))
     assert "No facts match" in page
 
@@ -218,7 +221,7 @@ def test_correct_with_htmx_swaps_in_the_new_version(as_alice, alice, seeded):
 def test_correct_rejects_bad_text_with_a_form_error(as_alice, alice, seeded, text, message):
     old = live_fact(alice, "Python")
     response = as_alice.post(f"/me/facts/{old.id}/correct/", {"text": text, "kind": "preference"})
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert message in text_of(response)
     old.refresh_from_db()
     assert old.state == "live"
@@ -228,16 +231,20 @@ def test_correct_rejects_bad_text_with_a_form_error(as_alice, alice, seeded, tex
 def test_correct_rejects_an_unknown_kind(as_alice, alice, seeded):
     old = live_fact(alice, "Python")
     response = as_alice.post(f"/me/facts/{old.id}/correct/", {"text": old.text, "kind": "secret"})
-    assert response.status_code == 200 and "Select a valid choice" in text_of(response)
+    assert response.status_code == 400 and "Choose a kind from the list" in text_of(response)
     assert live_fact(alice, "Python").id == old.id
 
 
 def test_correcting_a_replaced_version_says_so(as_alice, alice, seeded):
     old = fact(alice, "PostgreSQL")
     response = as_alice.post(
-        f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"}
+        f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"}, follow=True
     )
-    assert "already been replaced" in text_of(response)
+    page = text_of(response)
+    assert "already been replaced" in page
+    current = live_fact(alice, "PlanetScale")
+    assert f'id="fact-{current.id}"' in page and 'class="fact fresh"' in page  # the current version, highlighted
+    assert "Save correction" not in page
     assert not MemoryFact.objects.filter(text__contains="MySQL").exists()
 
 
@@ -297,21 +304,22 @@ def test_conversations_list_what_each_taught_and_memory_off(as_alice, seeded):
     assert page.count('class="convo"') == 4
     assert "memory off" in page and "Nothing used, nothing learned." in page
     assert "Learned <strong>10</strong>" in page  # the first conversation
-    assert "Replaced <strong>1</strong>" in page and "Confirmed <strong>1</strong>" in page
+    assert "Replaced <strong>1</strong>" in page and "Heard <strong>1</strong> again" in page
+    assert "“Quick update: we moved off Postgres to PlanetScale last month.”" in page  # titled by what was said
     assert "Memory-off conversations" in page
 
 
 def test_conversation_detail_says_what_it_taught_and_was_given(as_alice, seeded):
     page = text_of(as_alice.get(f"/me/conversations/{seeded['second'].id}/"))
-    assert "The user's main database is PlanetScale." in page  # learned
-    assert "<s>The user's main database is PostgreSQL.</s>" in page  # replaced
-    assert "The user prefers short answers with code first." in page  # confirmed
+    assert "Your main database is PlanetScale." in page  # learned
+    assert "<s>Your main database is PostgreSQL.</s>" in page  # replaced
+    assert "You prefer short answers with code first." in page  # confirmed
     assert "we moved off Postgres to PlanetScale" in page  # the kept message it came from
     given = text_of(as_alice.get(f"/me/conversations/{seeded['third'].id}/"))
     injected = RecallLog.objects.filter(session=seeded["third"]).select_related("fact")
     assert injected.exists()
     for log in injected:
-        assert log.fact.text in given
+        assert (log.fact.text if log.fact.scope == "org" else as_yours(log.fact.text)) in given
     assert "always included" in given
     private = text_of(as_alice.get(f"/me/conversations/{seeded['private'].id}/"))
     assert "memory-off conversation" in private
@@ -328,7 +336,7 @@ def test_switch_off_applies_to_open_sessions_and_says_so(as_alice, alice, seeded
     open_session.refresh_from_db()
     assert open_session.memory == AgentSession.Memory.OFF
     assert recall.recall(open_session, "connection pool", refresh=True).block == ""
-    page = text_of(as_alice.get("/me/settings/"))
+    page = text_of(as_alice.get("/me/settings/", follow=True))  # the switch lives on Data and privacy
     assert "Memory is <span" in page and "Nothing is used and nothing is learned" in page
     assert "Memory is off" in text_of(as_alice.get("/me/"))
     as_alice.post("/me/settings/", {"enabled": "on"}, headers={"HX-Request": "true"})
@@ -346,6 +354,8 @@ def test_switch_rejects_nonsense(as_alice, alice):
 
 def test_what_we_know_page_and_json_download(as_alice, alice, seeded):
     page = text_of(as_alice.get("/me/data/"))
+    assert "<title>Data and privacy · memoryapp</title>" in page
+    assert page.count('class="danger-zone"') == 1  # erasure sits apart, once
     assert "PostgreSQL" in page and "superseded" in page  # replaced versions are listed too
     assert "Nobody at support has opened your memory." in page
     response = as_alice.get("/me/data/export.json")
@@ -410,7 +420,7 @@ def test_about_page_is_public_and_linked_from_every_page(as_alice, client, seede
         f"/me/facts/{some_fact.id}/delete/",
         f"/me/conversations/{seeded['first'].id}/",
     ]:
-        page = text_of(as_alice.get(path))
+        page = text_of(as_alice.get(path, follow=True))
         assert 'href="/me/about/"' in page, path
 
 

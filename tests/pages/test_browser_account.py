@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from memoryapp import sessions
 from memoryapp.models import MemoryFact
+from memoryapp.pages.display import as_yours
 from tests.conftest import screenshot
 from tests.pages.test_account_pages import seed_memory
 
@@ -32,7 +33,15 @@ def open_portal(page, link, shot=None):
 
 
 def fact_item(page, text):
-    return page.locator("li.fact", has_text=text)
+    """A fact as its owner sees it: in the second person ("You like ...")."""
+    return page.locator("li.fact", has_text=as_yours(text))
+
+
+def row_action(page, text, name):
+    """Open a fact's ⋯ menu and follow one of its actions (a native <details>: works without JS)."""
+    item = fact_item(page, text)
+    item.locator("summary").click()
+    item.get_by_role("link", name=name).click()
 
 
 def run_flow(page, api, org, scripted, travel, js, prefix):
@@ -67,7 +76,7 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
         expect(page.locator(":focus")).to_have_text("Skip to content")
 
     # correct a fact
-    fact_item(page, CORRECTED_FROM).get_by_role("link", name="Correct").click()
+    row_action(page, CORRECTED_FROM, "Correct")
     form_text = page.locator("textarea[name=text]")
     form_text.wait_for()
     screenshot(page, f"{prefix}-correct")
@@ -82,16 +91,16 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
     assert fact_item(page, CORRECTED_FROM).count() == 0
 
     # its history shows both versions
-    fact_item(page, CORRECTED_TO).get_by_role("link", name="History").click()
+    row_action(page, CORRECTED_TO, "History")
     page.get_by_role("heading", name="History of a fact").wait_for()
     versions = page.locator(".versions").inner_text()
-    assert CORRECTED_FROM in versions and CORRECTED_TO in versions
+    assert as_yours(CORRECTED_FROM) in versions and as_yours(CORRECTED_TO) in versions
     assert "You corrected it" in versions and "Learned from a conversation" in versions
     screenshot(page, f"{prefix}-history")
 
     # delete another
-    page.get_by_role("link", name="My memory").first.click()
-    fact_item(page, DELETED).get_by_role("link", name="Delete").click()
+    page.get_by_role("link", name="Memories").first.click()
+    row_action(page, DELETED, "Delete")
     page.get_by_role("button", name="Yes, delete it").wait_for()
     screenshot(page, f"{prefix}-delete-confirm")
     page.get_by_role("button", name="Yes, delete it").click()
@@ -100,19 +109,18 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
     screenshot(page, f"{prefix}-after-delete")
 
     # switch memory off
-    page.get_by_role("navigation", name="Main").get_by_role("link", name="Memory switch").click()
+    page.get_by_role("navigation", name="My memory").get_by_role("link", name="Data and privacy").click()
     screenshot(page, f"{prefix}-switch-on")
     page.get_by_role("button", name="Turn memory off").click()
     page.get_by_role("button", name="Turn memory on").wait_for()
-    assert "Nothing is used and nothing is learned" in page.locator("#switch").inner_text()
+    assert "Nothing is used and nothing is learned" in page.locator("#memory-switch").inner_text()
     screenshot(page, f"{prefix}-switch-off")
 
     # the export contains the correction and not the deleted fact
-    page.get_by_role("navigation", name="Main").get_by_role("link", name="What we know").click()
-    page.get_by_role("heading", name="What do you know about me?").wait_for()
+    page.get_by_role("heading", name="Data and privacy").wait_for()
     screenshot(page, f"{prefix}-data")
     with page.expect_download() as download:
-        page.get_by_role("link", name="Download everything (JSON)").click()
+        page.get_by_role("link", name="Download (JSON)").click()
     with open(download.value.path(), encoding="utf-8") as fh:
         doc = json.load(fh)
     facts = {f["text"]: f for f in doc["facts"]}

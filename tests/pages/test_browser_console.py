@@ -200,6 +200,10 @@ def test_poisoning_actions_with_and_without_javascript(page, page_nojs, world):
     login(page_nojs, "sam")
     page_nojs.goto("/console/poisoning/")
     row = page_nojs.locator("li.flagged", has_text="refund disputes")
+    # A weak resemblance is not presented as a finding: its actions wait behind "Act on it anyway".
+    assert "weak resemblance" in row.inner_text()
+    assert not row.locator("button[value=delete]").is_visible()
+    row.get_by_text("Act on it anyway").click()
     row.locator("input[name=reason]").fill("not a fact about the user")
     row.locator("button[value=delete]").click()
     page_nojs.wait_for_url("**/console/poisoning/")

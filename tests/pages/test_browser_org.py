@@ -67,7 +67,8 @@ def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, te
     fact = page.locator("li.fact", has_text="within one working day")
     expect(fact).to_contain_text("Proposed by Bob Builder, approved by Alice Admin")
     target = page.locator("li.fact", has_text="main language is Go")
-    target.get_by_role("link", name=re.compile("^Edit")).click()
+    target.locator("summary").click()  # the fact's ⋯ menu
+    target.get_by_role("link", name="Correct").click()
     editor = page.locator("li.fact.editing")
     expect(editor).to_be_visible()
     screenshot(page, "org-memory-editing")
@@ -91,11 +92,12 @@ def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, te
 def test_member_sees_the_org_page_read_only(page, org, team):
     login(page, "bob")
     page.goto("/orgs/")
-    page.get_by_role("link", name="Acme").click()
+    page.get_by_role("main").get_by_role("link", name="Acme").click()
     expect(page.get_by_text("Production deploys happen on Tuesdays and Thursdays.")).to_be_visible()
     expect(page.get_by_text("You are a member")).to_be_visible()
     expect(page.get_by_role("heading", name="Add a fact")).to_have_count(0)
     expect(page.get_by_role("link", name=re.compile("^Edit"))).to_have_count(0)
+    expect(page.locator("li.fact details.row-menu")).to_have_count(0)  # no actions menu for members
     expect(page.get_by_role("button", name=re.compile("^Delete"))).to_have_count(0)
     expect(page.get_by_role("link", name=re.compile("Proposed facts"))).to_have_count(0)
     screenshot(page, "org-memory-member")
@@ -113,9 +115,17 @@ def test_admin_pages_work_without_javascript(page_nojs, org, team):
     login(page, "alice")
     page.goto(f"/orgs/{org.slug}/")
     page.get_by_label("Fact, as one sentence").fill("The team is based in Lisbon.")
-    page.get_by_role("button", name="Add", exact=True).click()
+    page.get_by_role("button", name="Add to the org memory").click()
+    # No kind is chosen for the admin: the form says so instead of filing it as a preference.
+    expect(page.get_by_role("alert")).to_contain_text("Choose a kind from the list.")
+    assert not MemoryFact.objects.for_org(org).filter(text__contains="Lisbon").exists()
+    page.get_by_label("Kind").select_option("profile")
+    page.get_by_role("button", name="Add to the org memory").click()
     expect(page.get_by_role("status")).to_contain_text("Added to the org memory.")
-    page.locator("li.fact", has_text="based in Lisbon").get_by_role("link", name=re.compile("^Edit")).click()
+    assert MemoryFact.objects.for_org(org).get(text__contains="Lisbon").kind == "profile"
+    lisbon = page.locator("li.fact", has_text="based in Lisbon")
+    lisbon.locator("summary").click()  # the ⋯ menu is a <details>: it opens without JavaScript
+    lisbon.get_by_role("link", name="Correct").click()
     assert page.url.endswith("/edit/")
     page.get_by_label("Fact, as one sentence").fill("The team is based in Porto.")
     page.get_by_role("button", name="Save correction").click()

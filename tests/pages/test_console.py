@@ -135,7 +135,7 @@ def test_staff_sees_every_console_page(staff_client, story):
     ]:
         response = staff_client.get(reverse(name, kwargs=kwargs))
         assert response.status_code == 200, name
-        assert b'aria-label="Main"' in response.content and b"Poisoning audit" in response.content
+        assert b'aria-label="Support console"' in response.content and b"Poisoning audit" in response.content
 
 
 # --- access log ----------------------------------------------------------------------

@@ -193,3 +193,17 @@ def test_line_chart_escapes_labels_and_breaks_on_gaps():
     assert svg.count('class="point spike"') == 1 and ">spike</text>" in svg
     empty = str(charts.line_chart([P("a", None)], "Nothing"))
     assert "No data in this period" in empty
+
+
+def test_the_period_buttons_change_every_chart(staff_client, fixture):
+    def points(weeks):
+        page = staff_client.get(reverse("console-quality"), {"weeks": weeks}).content.decode()
+        return dict(re.findall(r'<circle class="point[^"]*"[^>]*data-label="([^"]+)" data-value="([^"]+)"', page))
+
+    w6, w2 = (_monday_noon(n).date().isoformat() for n in (6, 2))
+    m2 = _month_day(2).strftime("%Y-%m")
+    long, short = points(12), points(4)
+    assert w6 in long and m2 in long  # facts per session and precision both reach back 12 weeks
+    assert w6 not in short  # facts per session: only the last 4 weeks
+    assert w2 in short  # contradiction rate: the spike two weeks ago is still inside
+    assert m2 not in short  # precision too follows the period (two months ago is outside 4 weeks)

@@ -1,5 +1,7 @@
 """The number of SQL queries behind a page must not grow with the number of facts (no N+1):
-"My memory", a fact's provenance page in the console, and the recall API, at 10 and 300 facts."""
+the end user's pages (memory list, search, kind filter, a later page, a fact's history, conversations,
+data and privacy), a fact's provenance page in the console, and the recall API, at 10 and 1,000 facts
+(the per-user limit)."""
 
 import json
 
@@ -82,6 +84,12 @@ def measure(org, make_user):
         body = json.dumps({"session": str(agent_session.id), "message": "what did I note?", "refresh": True})
         return {
             "my memory": count(lambda: as_user.get(reverse("me:memory"))),
+            "my memory, search": count(lambda: as_user.get(reverse("me:memory"), {"q": "thing"})),
+            "my memory, kind filter": count(lambda: as_user.get(reverse("me:memory"), {"kind": "goal"})),
+            "fact history": count(lambda: as_user.get(reverse("me:fact", args=[fact.id]))),
+            "conversations": count(lambda: as_user.get(reverse("me:conversations"))),
+            "conversation": count(lambda: as_user.get(reverse("me:conversation", args=[fact.source_session_id]))),
+            "data and privacy": count(lambda: as_user.get(reverse("me:data"))),
             "fact provenance": count(lambda: as_staff.get(reverse("console-fact", args=[fact.id]))),
             "recall API": count(
                 lambda: agent.post(
@@ -94,6 +102,22 @@ def measure(org, make_user):
 
 
 def test_queries_per_page_do_not_depend_on_fact_count(measure):
-    few, many = measure(10), measure(300)
-    assert few == many, f"queries per page with 10 facts {few} vs 300 facts {many}"
+    few, many = measure(10), measure(1000)
+    assert few == many, f"queries per page with 10 facts {few} vs 1000 facts {many}"
     assert all(n > 0 for n in few.values())
+
+
+def test_a_full_memory_is_shown_a_page_at_a_time_and_search_covers_all(org, make_user):
+    from memoryapp.pages.me.views import FACTS_PER_PAGE
+
+    user, _ = memory_of(org, make_user, 1000)
+    client = Client()
+    client.force_login(user)
+    first = client.get(reverse("me:memory")).content.decode()
+    assert first.count('<li class="fact') == FACTS_PER_PAGE
+    assert "Page 1 of 20 · 1000 facts" in first
+    # The last fact in the list order is found by search and by its kind, not only on the last page.
+    found = client.get(reverse("me:memory"), {"q": "thing number 999."}).content.decode()
+    assert found.count('<li class="fact') == 1 and "You noted thing number 999." in found
+    goals = client.get(reverse("me:memory"), {"kind": "goal", "page": 5}).content.decode()
+    assert "Page 5 of 5 · 250 facts" in goals

@@ -26,6 +26,8 @@ from memoryapp.models import (
     SupportAccess,
     Turn,
 )
+from memoryapp.pages import display
+from memoryapp.pages.rendering import page_or_partial
 
 
 def staff_only(view):
@@ -118,10 +120,6 @@ def _restorable(fact, now):
     return deadline is not None and fact.superseded_at is None and now <= deadline
 
 
-def _partial(request, template, name):
-    return f"{template}#{name}" if request.htmx else template
-
-
 # --- find and provenance ----------------------------------------------------------
 
 
@@ -136,13 +134,13 @@ def find(request):
     context = {
         "filters": filters,
         "page": page,
-        "kinds": MemoryFact._meta.get_field("kind").choices,
+        "kinds": [(k, display.KIND_LABELS[k]) for k in display.KIND_ORDER],
         "states": provenance.STATES,
         "origins": MemoryFact.Origin.choices,
         "backends": BACKENDS,
         "section": "find",
     }
-    return render(request, _partial(request, "console/find.html", "results"), context)
+    return page_or_partial(request, "console/find.html", "results", context)
 
 
 @staff_only
@@ -207,6 +205,7 @@ def health(request):
         "chart": chart,
         "legend": charts.legend(data.categories, HOUR_NAMES),
         "cost_chart": cost_chart,
+        "any_cost": any(day["cost_usd"] or day["input_tokens"] or day["output_tokens"] for day in data.usage),
         "hour_rows": [(h, counts) for h, counts in data.hours if any(counts.values())],
         "section": "health",
     }
@@ -226,7 +225,14 @@ def poisoning_audit(request):
     return render(
         request,
         "console/poisoning.html",
-        {"page": page, "probes": poisoning.probes(), "total": len(flagged), "section": "poisoning"},
+        {
+            "page": page,
+            "probes": poisoning.probes(),
+            "total": len(flagged),
+            "findings": sum(1 for f in flagged if f.strength != "weak"),
+            "weak": sum(1 for f in flagged if f.strength == "weak"),
+            "section": "poisoning",
+        },
     )
 
 
@@ -281,7 +287,8 @@ def quality(request):
     start = end - timedelta(weeks=weeks)
     fps = metrics.facts_per_session(start, end)
     contradiction = metrics.contradiction_rate(start, end)
-    precision = metrics.recall_precision(end=end)
+    # The period buttons change every chart: precision is monthly, so its window is at least a month.
+    precision = metrics.recall_precision(start=min(start, end - timedelta(days=31)), end=end)
     c_avg = metrics.average(contradiction)
     context = {
         "weeks": weeks,
@@ -346,6 +353,7 @@ def review_queue(request):
         "page": page,
         "groups": [(session, turns.get(session.id, []), items) for session, items in groups.items()],
         "reviews": metrics.review_counts(),
+        "message_days": forgetting.RECALL_MESSAGE_DAYS,
         "section": "quality",
     }
     return render(request, "console/review.html", context)

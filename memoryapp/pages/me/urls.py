@@ -11,6 +11,7 @@ urlpatterns = [
     path("facts/<uuid:fact_id>/", views.fact, name="fact"),
     path("facts/<uuid:fact_id>/correct/", views.fact_edit, name="fact_edit"),
     path("facts/<uuid:fact_id>/delete/", views.fact_delete, name="fact_delete"),
+    path("proposals/<int:proposal_id>/withdraw/", views.proposal_withdraw, name="proposal_withdraw"),
     path("conversations/", views.conversations, name="conversations"),
     path("conversations/<uuid:session_id>/", views.conversation, name="conversation"),
     path("settings/", views.memory_switch, name="settings"),

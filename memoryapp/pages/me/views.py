@@ -9,40 +9,32 @@ from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count
+from django.db.models import Case, Count, IntegerField, Value, When
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from memoryapp import clock, erasure, people, portal, support_access, writing
+from memoryapp import clock, erasure, orgs, people, portal, support_access, writing
 from memoryapp import export as exporting
 from memoryapp.models import (
     AgentSession,
     ErasureReceipt,
     FactEvent,
     MemoryFact,
+    OrgFactProposal,
     PortalLink,
     RecallLog,
     Turn,
 )
+from memoryapp.pages.display import KIND_ORDER, KINDS
+from memoryapp.pages.forms import FactForm
+from memoryapp.pages.rendering import form_status, page_or_partial
 
-# Always-on kinds first: they are in every prompt.
-KIND_ORDER = ["constraint", "profile", "preference", "goal"]
-KIND_INFO = {
-    "constraint": ("Constraints", "Rules the assistant must respect. Always given to the assistant."),
-    "profile": ("About you", "Who you are and what you work with. Always given to the assistant."),
-    "preference": ("Preferences", "How you like things done. Given to the assistant when relevant."),
-    "goal": ("Goals", "What you are working towards. Given to the assistant when relevant."),
-}
-KIND_CHOICES = [
-    ("constraint", "Constraint: a rule the assistant must respect"),
-    ("profile", "Profile: who you are, what you work with"),
-    ("preference", "Preference: how you like things done"),
-    ("goal", "Goal: something you are working towards"),
-]
+FACTS_PER_PAGE = 50
+
 ERASE_WORD = "ERASE"
 # Friendlier names for the erasure receipt's counts; unknown keys are shown as they are.
 RECEIPT_LABELS = {
@@ -71,14 +63,8 @@ RECEIPT_LABELS = {
 }
 
 
-class FactForm(forms.Form):
-    text = forms.CharField(
-        label="What the assistant should remember",
-        max_length=200,
-        widget=forms.Textarea(attrs={"rows": 2, "maxlength": 200}),
-        help_text="One sentence about you, up to 200 characters.",
-    )
-    kind = forms.ChoiceField(label="Kind", choices=KIND_CHOICES)
+def _fact_form(*args, **kwargs):
+    return FactForm(*args, text_label="What the assistant should remember", **kwargs)
 
 
 class SwitchForm(forms.Form):
@@ -108,10 +94,29 @@ def _own_session(request, session_id):
     return get_object_or_404(AgentSession.objects.for_user(request.user).select_related("org"), id=session_id)
 
 
-def _page(request, template, context=None, status=200, section=""):
+def _page(request, template, context=None, status=200, section="", partial=None):
+    """A /me/ page (or its htmx partial) with what every /me/ page shows."""
     ctx = {"section": section, "now": clock.now(), "memory_on": writing.memory_enabled(request.user)}
     ctx.update(context or {})
-    return render(request, template, ctx, status=status)
+    return page_or_partial(request, template, partial, ctx, status=status)
+
+
+def _gone(request, fact_id):
+    """For a fact the person no longer has: back to the list with a message, never a form.
+
+    A replaced fact sends them to its current version; a deleted one says so."""
+    fact = MemoryFact.objects.for_user(request.user).only("id", "superseded_by_id").filter(id=fact_id).first()
+    if fact is not None and fact.superseded_by_id is not None:
+        current = writing.chain_of(fact)[-1]
+        messages.info(
+            request, "That fact had already been replaced, perhaps in another tab. Here is the current version."
+        )
+        return redirect(reverse("me:memory") + f"?highlight={current.id}#fact-{current.id}")
+    deleted = FactEvent.objects.filter(user=request.user, fact_id=fact_id, action=FactEvent.Action.DELETED).exists()
+    if deleted:
+        messages.info(request, "That fact has been deleted.")
+        return redirect("me:memory")
+    return None
 
 
 # --- entry points -------------------------------------------------------------
@@ -159,7 +164,7 @@ def portal_link(request, token):
 @login_required
 @vary_on_headers("HX-Request")  # one URL, full page or partial: caches must tell them apart
 def memory(request):
-    """The live facts, grouped by kind, with search and a kind filter."""
+    """The live facts by kind, a page at a time, with search and a kind filter over all of them."""
     query = request.GET.get("q", "").replace("\x00", "").strip()[:200]
     kind = request.GET.get("kind", "")
     if kind not in KIND_ORDER:
@@ -171,24 +176,49 @@ def memory(request):
         shown = shown.filter(text__icontains=query)
     if kind:
         shown = shown.filter(kind=kind)
-    by_kind = {k: [] for k in KIND_ORDER}
-    for fact in shown.order_by("-last_confirmed_at", "id"):
-        by_kind[fact.kind].append(fact)
-    groups = [
-        {"kind": k, "title": KIND_INFO[k][0], "about": KIND_INFO[k][1], "facts": by_kind[k]}
-        for k in KIND_ORDER
-        if by_kind[k]
-    ]
+    # Kind order first (always-on kinds lead), newest confirmation next: pages split across kinds cleanly.
+    rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
+    page = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE).get_page(request.GET.get("page"))
+    groups = []
+    for fact in page:
+        if not groups or groups[-1]["kind"] != fact.kind:
+            groups.append({"kind": fact.kind, "title": KINDS[fact.kind][1], "about": KINDS[fact.kind][2], "facts": []})
+        groups[-1]["facts"].append(fact)
+    total = sum(counts.values())
     context = {
         "groups": groups,
+        "page": page,
         "query": query,
         "kind": kind,
-        "total": sum(counts.values()),
-        "tabs": [("", "All", sum(counts.values()))] + [(k, KIND_INFO[k][0], counts.get(k, 0)) for k in KIND_ORDER],
-        "open_sessions": AgentSession.objects.for_user(request.user).open().count(),
+        "total": total,
+        "highlight": request.GET.get("highlight", ""),
+        "tabs": [("", "All", total)] + [(k, KINDS[k][1], counts.get(k, 0)) for k in KIND_ORDER],
+        "proposals": _my_proposals(request.user) if not query and not kind and page.number == 1 else [],
     }
-    template = "me/memory.html#results" if request.htmx else "me/memory.html"
-    return _page(request, template, context, section="memory")
+    return _page(request, "me/memory.html", context, section="memory", partial="results")
+
+
+def _my_proposals(user, session=None):
+    """What this person's conversations suggested for their organisations' shared memory."""
+    qs = OrgFactProposal.objects.filter(proposed_by=user).select_related("org").order_by("-created_at")
+    if session is not None:
+        qs = qs.filter(source_session=session)
+    return list(qs[:20])
+
+
+@require_POST
+@login_required
+def proposal_withdraw(request, proposal_id):
+    """Withdraw one of my pending suggestions for an organisation's shared memory."""
+    proposal = get_object_or_404(OrgFactProposal.objects.filter(proposed_by=request.user), id=proposal_id)
+    if orgs.withdraw_proposal(proposal, request.user):
+        messages.success(request, f"Withdrawn. {proposal.org.name}'s admins will no longer see this suggestion.")
+    else:
+        messages.info(request, "An admin has already decided on this suggestion, so it can no longer be withdrawn.")
+    back = request.POST.get("next", "")
+    if back.startswith("/me/") and "//" not in back:
+        return redirect(back)
+    return redirect("me:memory")
 
 
 def _explain(fact, own_session_ids):
@@ -248,36 +278,49 @@ def fact(request, fact_id):
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@never_cache  # the back button asks again, so it never shows a form for a fact that has gone
 @vary_on_headers("HX-Request")
 def fact_edit(request, fact_id):
     """Correct a fact's text or kind: stored as your own version that replaces the old one."""
+    gone = _gone(request, fact_id)
+    if gone is not None:
+        return gone
     fact = _own_fact(request, fact_id)
-    form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
+    if fact.state != "live":
+        return redirect("me:fact", fact_id=fact.id)
+    form = _fact_form(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
     if request.method == "POST" and form.is_valid():
         text, kind = form.cleaned_data["text"], form.cleaned_data["kind"]
         if writing.is_unchanged(fact, text, kind):
             if request.htmx:
                 return _page(request, "me/_fact.html#item", {"f": fact})
             messages.info(request, "Nothing changed.")
-            return redirect("me:memory")
+            return redirect(reverse("me:memory") + f"#fact-{fact.id}")
         try:
             new = writing.correct_fact(fact, text, kind, actor_user=request.user, origin=MemoryFact.Origin.USER)
         except writing.FactRejected as exc:
+            fact.refresh_from_db(fields=["superseded_by"])
+            if fact.superseded_by_id is not None:
+                return _gone(request, fact.id)  # replaced in another tab while this form was open
             form.add_error("text", f"This can't be saved: {exc}.")
         else:
             if request.htmx:
                 return _page(request, "me/_fact.html#item", {"f": new, "just_corrected": True})
             messages.success(request, "Corrected. The assistant will use your version from now on.")
-            return redirect(reverse("me:memory") + f"#fact-{new.id}")
-    template = "me/fact_edit.html#form" if request.htmx else "me/fact_edit.html"
-    return _page(request, template, {"f": fact, "form": form}, section="memory")
+            return redirect(reverse("me:memory") + f"?highlight={new.id}#fact-{new.id}")
+    status = form_status(request, not form.is_bound or form.is_valid())
+    return _page(request, "me/fact_edit.html", {"f": fact, "form": form}, status, "memory", partial="form")
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@never_cache
 @vary_on_headers("HX-Request")
 def fact_delete(request, fact_id):
     """Delete a fact for real, with its earlier versions, after a confirmation."""
+    gone = _gone(request, fact_id)
+    if gone is not None:
+        return gone
     fact = _own_fact(request, fact_id)
     if request.method == "POST":
         writing.delete_fact(fact, actor=FactEvent.Actor.USER, actor_user=request.user, reason="deleted by its owner")
@@ -286,8 +329,7 @@ def fact_delete(request, fact_id):
         messages.success(request, "Deleted. The assistant no longer remembers it, and its earlier versions are gone.")
         return redirect("me:memory")
     earlier = len(writing.chain_of(fact)) - 1 if fact.superseded_by_id is None else None
-    template = "me/fact_delete.html#confirm" if request.htmx else "me/fact_delete.html"
-    return _page(request, template, {"f": fact, "earlier": earlier}, section="memory")
+    return _page(request, "me/fact_delete.html", {"f": fact, "earlier": earlier}, section="memory", partial="confirm")
 
 
 # --- conversations ------------------------------------------------------------
@@ -328,14 +370,36 @@ def _taught_counts(user, session_ids):
     return counts
 
 
+def _preview(text, limit=90):
+    """The start of what was said, cut at a word boundary."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
+
+
+def _previews(user, session_ids):
+    """session id -> a preview of the person's first message in it (one query for the page)."""
+    first = (
+        Turn.objects.for_user(user)
+        .filter(session_id__in=session_ids, role="user")
+        .order_by("session_id", "ordinal")
+        .distinct("session_id")
+        .values_list("session_id", "content")
+    )
+    return {sid: _preview(content) for sid, content in first}
+
+
 @require_GET
 @login_required
 def conversations(request):
     """Every conversation, memory on or off, with what it taught and what memory it was given."""
     qs = AgentSession.objects.for_user(request.user).select_related("org").order_by("-started_at", "id")
     page = Paginator(qs, 20).get_page(request.GET.get("page"))
-    counts = _taught_counts(request.user, [s.id for s in page])
-    rows = [{"s": s, "c": counts.get(s.id, {}), "status": _status_text(s)} for s in page]
+    ids = [s.id for s in page]
+    counts = _taught_counts(request.user, ids)
+    previews = _previews(request.user, ids)
+    rows = [{"s": s, "c": counts.get(s.id, {}), "status": _status_text(s), "title": previews.get(s.id)} for s in page]
     return _page(request, "me/conversations.html", {"page": page, "rows": rows}, section="conversations")
 
 
@@ -376,6 +440,8 @@ def conversation(request, session_id):
         "turns": turns,
         "source_ordinals": source_ordinals,
         "learned_anything": any(taught.values()),
+        "title": _previews(request.user, [session.id]).get(session.id),
+        "proposals": _my_proposals(request.user, session),
     }
     return _page(request, "me/conversation.html", context, section="conversations")
 
@@ -400,17 +466,23 @@ def memory_switch(request):
                 note = "Memory is off. Nothing is used or learned, including in conversations open right now."
             if not request.htmx:
                 messages.success(request, note)
-                return redirect("me:settings")
+                return redirect(reverse("me:data") + "#memory-switch")
         else:
             error = "Choose on or off."
-    context = {
-        "open_sessions": AgentSession.objects.for_user(request.user).open().count(),
-        "off_sessions": AgentSession.objects.for_user(request.user).filter(memory=AgentSession.Memory.OFF).count(),
+    elif not request.htmx:
+        return redirect(reverse("me:data") + "#memory-switch")  # the switch lives on Data and privacy
+    return _page(
+        request, "me/settings.html", _switch_context(request.user, error), 400 if error else 200, "data", "switch"
+    )
+
+
+def _switch_context(user, error=None):
+    return {
+        "open_sessions": AgentSession.objects.for_user(user).open().count(),
+        "off_sessions": AgentSession.objects.for_user(user).filter(memory=AgentSession.Memory.OFF).count(),
         "error": error,
         "goal_days": settings.MEMORY["STALE_DAYS"]["personal"].get("goal"),
     }
-    template = "me/settings.html#switch" if request.htmx else "me/settings.html"
-    return _page(request, template, context, status=400 if error else 200, section="settings")
 
 
 @require_GET
@@ -427,6 +499,7 @@ def data(request):
         "turns_kept": sum(len(s["retained_turns"]) for s in doc["sessions"]),
         "accesses": support_access.accesses_for(request.user)[:50],
         "portal_links": PortalLink.objects.filter(user=request.user).count(),
+        **_switch_context(request.user),
     }
     return _page(request, "me/data.html", context, section="data")
 
@@ -461,7 +534,7 @@ def erase(request):
     sessions = AgentSession.objects.for_user(request.user).count()
     status = 400 if form.is_bound and not form.is_valid() else 200
     context = {"form": form, "facts": facts, "sessions": sessions, "word": ERASE_WORD}
-    return _page(request, "me/erase.html", context, status=status, section="erase")
+    return _page(request, "me/erase.html", context, status=status, section="data")
 
 
 @require_GET

@@ -19,7 +19,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, retarget
 
 from memoryapp import orgs, ratelimit
-from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Kind, Membership, MemoryFact, OrgFactProposal, Scope
+from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Membership, MemoryFact, OrgFactProposal, Scope
+from memoryapp.pages.display import KIND_CHOICES
+from memoryapp.pages.forms import FactForm
+from memoryapp.pages.rendering import form_status, page_or_partial
 from memoryapp.writing import FactRejected
 
 JOIN_RATE_PER_MINUTE = 20  # per client address: new-account attempts on an invitation page
@@ -29,17 +32,6 @@ SCOPE_CHOICES = [
     ("write", "Write", "open sessions and add turns, remember, correct and delete facts"),
     ("erase", "Erase", "erase a person and everything held about them"),
 ]
-
-
-class FactForm(forms.Form):
-    text = forms.CharField(
-        max_length=FACT_MAX_CHARS,
-        error_messages={
-            "required": "Write the fact as one sentence.",
-            "max_length": f"A fact is at most {FACT_MAX_CHARS} characters.",
-        },
-    )
-    kind = forms.ChoiceField(choices=Kind.choices, error_messages={"invalid_choice": "Choose a kind from the list."})
 
 
 class InviteForm(forms.Form):
@@ -118,9 +110,7 @@ def _admin(view):
 
 
 def _page(request, template, partial, context, status=200):
-    """The full page, or only its partial for an htmx request."""
-    name = f"{template}#{partial}" if request.htmx else template
-    return render(request, name, context, status=status)
+    return page_or_partial(request, template, partial, context, status=status)
 
 
 def _done(request, url_name, org, notice, render_partial):
@@ -150,8 +140,9 @@ def _memory_context(org, membership, **extra):
         "tab": "memory",
         "groups": orgs.live_facts(org),
         "expired": orgs.expired_facts(org),
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
+        "add_form": FactForm(),
         **_nav(org, membership),
         **extra,
     }
@@ -191,7 +182,7 @@ def fact_add(request, org, membership):
                 notice,
                 lambda n: _render_memory(request, org, membership, notice=n),
             )
-    return _render_memory(request, org, membership, status=200 if request.htmx else 400, add_form=form)
+    return _render_memory(request, org, membership, status=form_status(request, ok=False), add_form=form)
 
 
 @require_http_methods(["GET", "POST"])
@@ -220,11 +211,11 @@ def fact_edit(request, org, membership, fact_id):
         "tab": "memory",
         "fact": fact,
         "form": form,
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
     }
-    status = 400 if request.method == "POST" and not request.htmx else 200
+    status = form_status(request, ok=request.method != "POST")
     return _page(request, "orgs/fact_edit.html", "edit", context, status=status)
 
 
@@ -253,7 +244,7 @@ def _render_proposals(request, org, membership, status=200, **extra):
         "tab": "proposals",
         "proposals": orgs.pending_proposals(org),
         "decided": orgs.recent_decisions(org),
-        "kinds": Kind.choices,
+        "kinds": KIND_CHOICES,
         "max_chars": FACT_MAX_CHARS,
         **_nav(org, membership),
         **extra,
@@ -292,7 +283,7 @@ def proposal_decide(request, org, membership, proposal_id):
             raise FactRejected("Choose approve or reject.")
     except (FactRejected, orgs.OrgError) as exc:
         errors = {proposal.id: str(exc)}
-        return _render_proposals(request, org, membership, status=200 if request.htmx else 400, errors=errors)
+        return _render_proposals(request, org, membership, status=form_status(request, ok=False), errors=errors)
     return _done(request, "org-proposals", org, notice, lambda n: _render_proposals(request, org, membership, notice=n))
 
 
@@ -359,7 +350,7 @@ def member_role(request, org, membership, membership_id):
         orgs.change_role(target, request.POST.get("role", ""))
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={target.id: str(exc)}
         )
     if target.id == membership.id and target.role != Membership.Role.ADMIN:
         # They demoted themselves: they can no longer manage the members page.
@@ -383,7 +374,7 @@ def member_remove(request, org, membership, membership_id):
         orgs.remove_member(target)
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={target.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={target.id: str(exc)}
         )
     if target.id == membership.id:
         messages.success(request, f"You left {org.name}.")
@@ -405,7 +396,7 @@ def leave(request, slug):
         orgs.remove_member(membership)
     except orgs.OrgError as exc:
         return _render_members(
-            request, org, membership, status=200 if request.htmx else 400, errors={membership.id: str(exc)}
+            request, org, membership, status=form_status(request, ok=False), errors={membership.id: str(exc)}
         )
     messages.success(request, f"You left {org.name}. Your personal memory is unchanged.")
     return _hx_redirect(request, reverse("org-list"))
@@ -453,7 +444,7 @@ def key_create(request, org, membership):
             request,
             org,
             membership,
-            status=200 if request.htmx else 400,
+            status=form_status(request, ok=False),
             key_error=str(exc),
             name=request.POST.get("name", ""),
             chosen=request.POST.getlist("scopes"),

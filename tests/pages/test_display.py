@@ -1,0 +1,34 @@
+"""How facts read on their owner's pages, and the one way times are put into words."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memoryapp.pages.display import as_yours, how_long_ago, how_many_times
+
+
+@pytest.mark.parametrize(
+    "stored,shown",
+    [
+        ("The user prefers short answers.", "You prefer short answers."),
+        ("The user is a backend engineer.", "You are a backend engineer."),
+        ("The user's team uses Postgres.", "Your team uses Postgres."),
+        ("The user does not want cloud services.", "You do not want cloud services."),
+        ("The user studies French.", "You study French."),
+        ("The user watches films with the user's partner.", "You watch films with your partner."),
+        ("The user has two cats.", "You have two cats."),
+        ("Works at Acme.", "Works at Acme."),  # not about "the user": shown as stored
+    ],
+)
+def test_a_fact_reads_in_the_second_person(stored, shown):
+    assert as_yours(stored) == shown
+
+
+def test_times_in_plain_words():
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    assert how_long_ago(now - timedelta(seconds=20), now) == "just now"
+    assert how_long_ago(now - timedelta(minutes=1), now) == "1 minute ago"
+    assert how_long_ago(now - timedelta(hours=5), now) == "5 hours ago"
+    assert how_long_ago(now - timedelta(days=1, hours=2), now) == "yesterday"
+    assert how_long_ago(now - timedelta(days=40), now) == "22 Oct 2026"
+    assert [how_many_times(n) for n in (1, 2, 3)] == ["once", "twice", "3 times"]
