@@ -11,8 +11,12 @@ The WSGI entry point (memoryapp.wsgi, runserver) keeps serving everything but /m
 """
 
 import os
+import warnings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryapp.settings")
+# WhiteNoise hands Django a file iterator that is synchronous; under ASGI Django reads it in a
+# thread and warns on every static file. The files are small and hashed (cached for a year).
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
 from asgiref.sync import sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402
