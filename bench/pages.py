@@ -133,7 +133,7 @@ def seed(n_facts, progress=None):
             "GET",
             None,
             {"Cookie": cookie(user)},
-            facts[0].text,
+            "Search your memory",  # the page itself, not the sign-in page (it shows 50 facts at a time)
         ),
         "fact provenance (console)": (
             reverse("console-fact", args=[facts[0].id]),

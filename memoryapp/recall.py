@@ -298,7 +298,7 @@ def recall(session, message, refresh=False, vector=None):
             {
                 "block": block,
                 "now": now,
-                "message": (message or "")[:MESSAGE_KEPT_CHARS],
+                "message": (message or "").replace("\x00", "")[:MESSAGE_KEPT_CHARS],  # PostgreSQL text holds no NUL
                 "session": session.id,
                 "previous": session.memory_block_at,
                 "user": session.user_id,

@@ -1,3 +1,4 @@
+import concurrent.futures
 import json
 import os
 from datetime import timedelta
@@ -5,6 +6,7 @@ from datetime import timedelta
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
 
+import anyio
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
@@ -293,3 +295,13 @@ def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
+
+
+def in_fresh_loop(main):
+    """Run the coroutine function `main` to completion on an event loop of its own, in its own thread.
+
+    The browser tests leave Playwright's loop running in the main thread, where asyncio.run refuses
+    to start another one; a worker thread has no loop.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, main).result()

@@ -579,7 +579,9 @@ def test_every_api_route_needs_its_declared_key_scope(world):
         if status != 403 or json.loads(text)["error"]["code"] != "forbidden" or f"'{needed}'" not in text:
             wrong.append(f"{method} {path} without '{needed}': {status} {text[:100]}")
         status, text = _request(world, "only", method, url, body)
-        if status >= 400:
+        # Through the scope check: alice signs in with a password, so her portal link and erasure
+        # are then refused for that reason (409), which the trust tests cover.
+        if status >= 400 and not (status == 409 and "operates an organisation" in text):
             wrong.append(f"{method} {path} with only '{needed}': {status} {text[:100]}")
     for path, item in api.get_openapi_schema()["paths"].items():
         for method, operation in item.items():

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import anyio
 import httpx
 import httpx2
 import pytest
@@ -22,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from bench.common import stop_processes
 from memoryapp import embeddings, sessions, writing
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, Organization
-from tests.conftest import BASE_DIR, worker_database_url
+from tests.conftest import BASE_DIR, in_fresh_loop, worker_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,7 +98,7 @@ def _over_http(url, key, steps):
                     await session.initialize()
                     return await steps(session)
 
-    return anyio.run(main)
+    return in_fresh_loop(main)
 
 
 def _data(result):
@@ -230,7 +229,7 @@ def _over_stdio(key, steps, user=None, **env):
                     await session.initialize()
                     return await steps(session)
 
-    return anyio.run(main)
+    return in_fresh_loop(main)
 
 
 def test_stdio_server_for_one_person_with_its_rate_limit(world):

@@ -4,6 +4,8 @@ and the person's own facts read in the second person."""
 import re
 from datetime import timedelta
 
+from django.utils.dateformat import format as date_format
+
 # Always-on kinds first: they are in every prompt.
 KIND_ORDER = ["constraint", "profile", "preference", "goal"]
 # kind -> (one, many, what it means to the person)
@@ -35,7 +37,6 @@ def kind_name(kind, plural=False, org=False):
 
 def how_long_ago(moment, now):
     """'just now', '5 minutes ago', '3 hours ago', 'yesterday', else the date."""
-    from django.utils.dateformat import format as date_format
 
     delta = now - moment
     if delta < timedelta(minutes=1):

@@ -2,6 +2,7 @@
 
 from django import template
 from django.utils import timezone
+from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
@@ -57,7 +58,6 @@ def org_kind_plural(kind):
 @register.filter
 def day(moment):
     """The one date format."""
-    from django.utils.dateformat import format as date_format
 
     if isinstance(moment, str):  # ISO text, as in the export document
         moment = parse_datetime(moment)

@@ -1,6 +1,5 @@
 """Issue 18: the Python client (clients/python) against the running test server, sync and async."""
 
-import asyncio
 import time
 
 import httpx
@@ -11,6 +10,7 @@ from memoryapp_client import AsyncMemoryClient, MemoryappError, MemoryClient, mo
 from memoryapp import ratelimit, sessions
 from memoryapp.api import api as ninja_api
 from memoryapp.models import MemoryFact
+from tests.conftest import in_fresh_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,7 +111,7 @@ def test_async_client_does_the_same_round_trip(live_server, org, key, scripted):
             assert await memory.forget(made.fact.id) == 1
             return await memory.end_session(session.id)
 
-    assert asyncio.run(scenario()) == "queued"
+    assert in_fresh_loop(scenario) == "queued"
 
 
 def _window_ending_in(monkeypatch, seconds):
@@ -138,7 +138,7 @@ def test_a_429_is_retried_after_retry_after_sync_and_async(live_server, org, key
             return [await memory.list_facts("carol") for _ in range(3)]
 
     started = time.monotonic()
-    assert len(asyncio.run(burst())) == 3
+    assert len(in_fresh_loop(burst)) == 3
     assert time.monotonic() - started >= 0.9
 
 
