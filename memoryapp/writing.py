@@ -1,5 +1,6 @@
 """Storing facts: supersession, confirmation, corrections and deletion, one user at a time."""
 
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -179,6 +180,22 @@ def store_fact(
     vector = embeddings.embed(text) if vector is None else vector
     live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
     judge_calls = 0
+    apply = functools.partial(
+        _apply,
+        user,
+        text,
+        kind,
+        vector,
+        live,
+        org=org,
+        session=session,
+        run=run,
+        source_turns=source_turns,
+        origin=origin,
+        added_by=added_by,
+        after=after,
+        reason=reason,
+    )
 
     for _ in range(JUDGE_ATTEMPTS):
         # Read-only, outside any transaction: what the new fact must be compared with.
@@ -193,46 +210,14 @@ def store_fact(
         with transaction.atomic():
             _begin_write(user, org, claim)
             if _same_neighbours(_neighbours(live, vector), neighbours):
-                return _apply(
-                    user,
-                    text,
-                    kind,
-                    vector,
-                    live,
-                    list(zip(neighbours, answer, strict=True)),
-                    judge_calls,
-                    org=org,
-                    session=session,
-                    run=run,
-                    source_turns=source_turns,
-                    origin=origin,
-                    added_by=added_by,
-                    after=after,
-                    reason=reason,
-                )
+                return apply(list(zip(neighbours, answer, strict=True)), judge_calls)
         # Someone changed those facts while the model was thinking (a correction, a deletion, another
         # session's write): the verdict may be stale, so judge again against what is there now.
 
     # Still changing after every attempt: keep the new fact and supersede nothing (lose nothing).
     with transaction.atomic():
         _begin_write(user, org, claim)
-        return _apply(
-            user,
-            text,
-            kind,
-            vector,
-            live,
-            [],
-            judge_calls,
-            org=org,
-            session=session,
-            run=run,
-            source_turns=source_turns,
-            origin=origin,
-            added_by=added_by,
-            after=after,
-            reason=reason,
-        )
+        return apply([], judge_calls)
 
 
 def _begin_write(user, org, claim):

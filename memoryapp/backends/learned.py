@@ -11,7 +11,6 @@ Each is a one-hidden-layer MLP (or plain logistic regression when it has no hidd
 standardised features. numpy only; the weights file is checked against its pinned sha256.
 """
 
-import hashlib
 import json
 import re
 import threading
@@ -177,14 +176,6 @@ def forward(params, x):
     return p / p.sum(axis=1, keepdims=True)
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class Model:
     """The three models and their thresholds, loaded from one .npz after its sha256 is checked."""
 
@@ -192,7 +183,7 @@ class Model:
         path = Path(path)
         if not path.exists():
             raise WeightsError(f"{path} is missing; retrain with `python manage.py train_offline`")
-        digest = _sha256(path)
+        digest = embeddings.sha256_of(path)
         if sha256 is not None and digest != sha256:
             raise WeightsError(f"{path} does not match its pinned sha256; refusing to load it")
         self.sha256 = digest
