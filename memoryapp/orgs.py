@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from memoryapp import clock, sessions, writing
 from memoryapp.models import (
@@ -229,10 +229,19 @@ def withdraw_proposal(proposal, user):
 
 
 def members(org):
-    """The org's memberships: admins first, then by name."""
-    return list(
-        Membership.objects.filter(org=org).select_related("user").order_by("role", "user__username")
-    )  # "admin" sorts before "member"
+    """The org's memberships, admins first, then by name; `external_id` names the people its agents know."""
+    known_as = ExternalIdentity.objects.filter(org=org, user=OuterRef("user")).values("external_id")[:1]
+    found = list(
+        Membership.objects.filter(org=org)
+        .select_related("user")
+        .annotate(external_id=Subquery(known_as))
+        .order_by("role", "user__username")  # "admin" sorts before "member"
+    )
+    for m in found:
+        # A person the agents know who never signs in has only a generated username: use their id.
+        m.remembered_only = bool(m.external_id) and not m.user.has_usable_password()
+        m.name = m.external_id if m.remembered_only else (m.user.get_full_name() or m.user.username)
+    return found
 
 
 # --- invitations: the only way in; nobody is attached to an org without their own consent ------

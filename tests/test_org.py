@@ -537,3 +537,11 @@ def test_two_admins_demoting_each_other_at_once_leave_one_admin(org, make_user):
         t.join()
     assert sorted(outcomes) == ["ok", "refused"]
     assert Membership.objects.filter(org=org, role="admin").count() == 1
+
+
+def test_members_page_names_a_remembered_person_by_the_id_the_agents_use(org, alice):
+    """Someone the API created (no password) is listed by the org's own id, not a generated username."""
+    person = sessions.get_or_create_user(org, "customer-42")
+    body = client_for(alice).get(f"/orgs/{org.slug}/members/").content.decode()
+    assert "customer-42" in body and "never signs in here" in body
+    assert person.username not in body
