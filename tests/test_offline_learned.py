@@ -1,7 +1,7 @@
 """The learned offline backend: extraction, verdicts, pinned weights, and the training command.
 
 Everything here runs on sentences written in the test and on tiny made-up data under tests/data/;
-nothing reads ../shared.
+nothing reads the shared datasets.
 """
 
 import hashlib
