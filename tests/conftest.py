@@ -1,6 +1,7 @@
 import concurrent.futures
 import json
 import os
+import threading
 from datetime import timedelta
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
@@ -9,6 +10,7 @@ os.environ.setdefault("CELERY_BROKER_URL", "memory://")
 import anyio
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client, override_settings
 
 from bench.common import stop_processes
@@ -166,8 +168,6 @@ BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def worker_database_url():
     """A DATABASE_URL for the test database this process is using (for worker subprocesses)."""
-    from django.db import connection
-
     return db.connection_url(connection)
 
 
@@ -305,3 +305,19 @@ def in_fresh_loop(main):
     """
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(anyio.run, main).result()
+
+
+def in_thread(fn, results, key):
+    """Run `fn` in a thread with its own database connection; its result (or exception) lands in results[key]."""
+
+    def target():
+        try:
+            results[key] = fn()
+        except BaseException as exc:  # noqa: BLE001 - checked by the test
+            results[key] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread

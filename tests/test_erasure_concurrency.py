@@ -10,6 +10,7 @@ from django.test import override_settings
 
 from memoryapp import backends, erasure, extraction, sessions
 from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, Turn
+from tests.conftest import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,20 +29,6 @@ class SlowModel(backends.ScriptedBackend):
         self.called.set()
         assert self.release.wait(30)
         return super().extract(text)
-
-
-def in_thread(fn, results, key):
-    def target():
-        try:
-            results[key] = fn()
-        except Exception as exc:  # noqa: BLE001 - checked by the test
-            results[key] = exc
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=target)
-    t.start()
-    return t
 
 
 def wait_until_blocked_on_a_lock(timeout=20):

@@ -22,7 +22,7 @@ from django.test import Client, override_settings
 from memoryapp import backends, extraction, orgs, sessions, writing
 from memoryapp.backends.base import EXTRACT_SYSTEM, VERDICT_PROMPT_VERSION, VERDICT_SYSTEM
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, OrgFactProposal
-from tests.conftest import BASE_DIR, REDIS_TEST_URL
+from tests.conftest import BASE_DIR, REDIS_TEST_URL, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,20 +37,6 @@ def ended_session(org, external_id, said):
     sessions.add_turns(session, [("user", said)])
     sessions.end_session(session)
     return person, session
-
-
-def in_thread(fn, results, key):
-    def target():
-        try:
-            results[key] = fn()
-        except BaseException as exc:  # noqa: BLE001 - checked by the test
-            results[key] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread
 
 
 # --- a fake Anthropic Messages endpoint, through the real SDK -------------------------------------
