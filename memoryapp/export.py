@@ -79,7 +79,7 @@ def _switch(user):
 
 def export_user(user):
     """Everything held about `user` as a JSON-ready dict, described by `schema_version`."""
-    facts = MemoryFact.objects.for_user(user).order_by("created_at", "id")
+    facts = MemoryFact.objects.for_user(user).with_last_recalled().order_by("created_at", "id")
     sessions = list(AgentSession.objects.for_user(user).select_related("org").order_by("started_at", "id"))
     turns_by_session = {}
     for t in Turn.objects.for_user(user).order_by("session_id", "ordinal").iterator(chunk_size=2000):

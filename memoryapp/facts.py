@@ -90,6 +90,7 @@ def list_facts(user, *, state="live", kind=None, q=None, cursor=None, limit=PAGE
     qs = (
         MemoryFact.objects.for_user(user)
         .in_state(state)
+        .with_last_recalled()
         .select_related("extraction_run")
         .defer("embedding", "extraction_run__raw_output")
     )

@@ -18,6 +18,7 @@ from memoryapp.models import (
     ForgettingRun,
     Membership,
     MemoryFact,
+    RecallLog,
     Turn,
 )
 
@@ -64,7 +65,8 @@ def rules(now=None):
         restored = FactEvent.objects.filter(
             fact_id=OuterRef("id"), action=FactEvent.Action.RESTORED, created_at__gte=cutoff
         )
-        never |= Q(scope=scope, last_recalled_at__isnull=True, created_at__lt=cutoff) & ~Exists(restored)
+        recalled = RecallLog.objects.filter(fact_id=OuterRef("id"))  # recall_fact_idx
+        never |= Q(scope=scope, created_at__lt=cutoff) & ~Exists(recalled) & ~Exists(restored)
     never &= ~Q(kind__in=TIMELESS_KINDS)
     return [Rule(STALE_GOAL, stale), Rule(NEVER_RECALLED, never)]
 

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Length
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from pgvector.django import CosineDistance, VectorField
@@ -301,6 +301,11 @@ class MemoryFactQuerySet(models.QuerySet):
     def live(self):
         return self.filter(superseded_at__isnull=True, expired_at__isnull=True)
 
+    def with_last_recalled(self):
+        """Annotate when each fact was last put in a memory block (newest recall log; recall_fact_idx)."""
+        newest = RecallLog.objects.filter(fact_id=OuterRef("pk")).order_by("-created_at").values("created_at")[:1]
+        return self.annotate(last_recall=Subquery(newest))
+
     def known_to(self, org):
         """Personal facts of the people `org` knows by an external id (what its API keys may reach)."""
         people = ExternalIdentity.objects.filter(org=org).values("user_id")
@@ -344,7 +349,11 @@ class MemoryFact(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Personal facts belong to a user; org facts to an organisation (user is NULL).
-    user = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
+    # No single-column index on user or source_session: fact_user_created_idx and
+    # fact_source_session_idx lead with them, and every extra index is written on each fact write.
+    user = models.ForeignKey(
+        User, on_delete=models.CASCADE, null=True, blank=True, related_name="facts", db_index=False
+    )
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
     scope = models.CharField(max_length=10, choices=Scope.choices, default=Scope.PERSONAL)
     text = models.TextField()
@@ -359,7 +368,7 @@ class MemoryFact(models.Model):
     origin = models.CharField(max_length=12, choices=Origin.choices, default=Origin.EXTRACTED)
     added_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     source_session = models.ForeignKey(
-        AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="source_of"
+        AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="source_of", db_index=False
     )
     source_turns = ArrayField(models.PositiveIntegerField(), default=list, blank=True)  # turn ordinals
     extraction_run = models.ForeignKey(
@@ -368,7 +377,6 @@ class MemoryFact(models.Model):
     created_at = models.DateTimeField(default=clock.now)
     last_confirmed_at = models.DateTimeField(default=clock.now)
     confirmation_count = models.PositiveIntegerField(default=1)
-    last_recalled_at = models.DateTimeField(null=True, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
     superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replaced")
     supersede_reason = models.CharField(max_length=20, blank=True)  # contradicts | corrected | staff
@@ -414,6 +422,21 @@ class MemoryFact(models.Model):
 
     def __str__(self):
         return self.text
+
+    # Why derived from the recall log instead of a column: recall is on every agent turn's critical
+    # path, and stamping a column rewrote 20 wide fact rows (vector included) and all their indexes
+    # per recall. The log already holds (fact, created_at) under recall_fact_idx.
+    @property
+    def last_recalled_at(self):
+        """When the fact was last put in a memory block, or None (lists: `.with_last_recalled()`)."""
+        if "last_recall" not in self.__dict__:
+            self.last_recall = (
+                RecallLog.objects.filter(fact_id=self.pk)
+                .order_by("-created_at")
+                .values_list("created_at", flat=True)
+                .first()
+            )
+        return self.last_recall
 
     @property
     def state(self):
@@ -505,8 +528,10 @@ class FactEvent(models.Model):
 
 class RecallLog(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="recall_logs")
-    fact = models.ForeignKey(MemoryFact, on_delete=models.CASCADE, related_name="recall_logs")
+    # Indexed by recall_session_idx and recall_fact_idx below, which lead with these columns: a
+    # recall inserts ~20 log rows on the agent's critical path, so no index is written twice.
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="recall_logs", db_index=False)
+    fact = models.ForeignKey(MemoryFact, on_delete=models.CASCADE, related_name="recall_logs", db_index=False)
     tier = models.CharField(max_length=8)  # always | relevant | org
     score = models.FloatField(null=True, blank=True)
     position = models.PositiveSmallIntegerField(default=0)
@@ -517,7 +542,7 @@ class RecallLog(models.Model):
         indexes = [
             # "what was injected into this session"
             models.Index(fields=["session", "created_at"], name="recall_session_idx"),
-            # "every session this fact was injected into"
+            # "every session this fact was injected into", and a fact's last recall (with_last_recalled)
             models.Index(fields=["fact", "created_at"], name="recall_fact_idx"),
         ]
 

@@ -47,7 +47,8 @@ class RecallResult:
 # reads both tiers and the org section (checking membership) costs a fraction of five ORM queries.
 # It is the same selection as for_user(u).live() / for_org(o).live() with .nearest(): exact cosine
 # over one user's few hundred live facts (fact_user_live_idx), so no row is lost to an ANN index.
-_FACT_COLUMNS = "f.id, f.user_id, f.org_id, f.scope, f.text, f.kind, f.created_at, f.last_confirmed_at"
+_FACT_FIELDS = ["id", "user_id", "org_id", "scope", "text", "kind", "created_at", "last_confirmed_at"]
+_FACT_COLUMNS = ", ".join(f"f.{name}" for name in _FACT_FIELDS)
 _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
 # Tier 2 is hybrid: facts above the similarity floor ranked by exact cosine, and facts sharing words
 # with the message ranked by full-text rank, fused by reciprocal rank (k = RRF_K). On LoCoMo this
@@ -126,7 +127,7 @@ def message_words(message):
 
 
 def _vector_literal(vector):
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    return str([float(x) for x in vector])  # '[0.1, -0.2, ...]', pgvector's text form
 
 
 def select(user, message, org=None, vector=None):
@@ -154,10 +155,15 @@ def select(user, message, org=None, vector=None):
         "words": message_words(message) if memory["RECALL_LEXICAL"] else "",
         "rrf": RRF_K,
     }
+    # Prepared once per connection and run with a generic plan: planning this statement cost about as
+    # much as running it (docs/benchmarks.md, "Recall at scale").
+    with connection.prepared_cursor() as cursor:
+        cursor.execute(SELECT_SQL, params)
+        rows = cursor.fetchall()
     chosen = []
-    for fact in MemoryFact.objects.raw(SELECT_SQL, params):
-        score = None if fact.distance is None else round(1 - fact.distance, 4)
-        chosen.append(Selected(fact, fact.tier, score))
+    for *values, distance, tier in rows:
+        fact = MemoryFact.from_db(connection.alias, _FACT_FIELDS, values)
+        chosen.append(Selected(fact, tier, None if distance is None else round(1 - distance, 4)))
     return chosen
 
 
@@ -184,8 +190,10 @@ def neutralise(text):
     edited past it: `<`, `>` and `&` are escaped (after folding lookalike brackets and compatibility
     forms such as fullwidth ＜ to them), line breaks become spaces, format characters are removed.
     """
-    text = unicodedata.normalize("NFKC", str(text))
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").translate(_BRACKETS)
+    text = str(text)
+    if not text.isascii():  # ASCII has no compatibility forms, format characters or lookalike brackets
+        text = unicodedata.normalize("NFKC", text)
+        text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").translate(_BRACKETS)
     text = _LINE_BREAKS.sub(" ", text).strip()
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -243,8 +251,9 @@ def _cached(session):
 
 # One statement, so it is atomic on its own: store the block only if nobody stored another since we
 # looked (of two first recalls racing, one wins; the loser changes nothing and returns the winner's),
-# mark every selected fact recalled (one UPDATE for the person's facts, one for the org's), and log each
-# one with its tier and score. Every per-user part names user_id, so under Citus it routes to one shard.
+# and log each selected fact with its tier and score. The log is also where a fact's "last used"
+# comes from (MemoryFact.last_recalled_at), so no fact row is rewritten on the read path. Every
+# per-user part names user_id, so under Citus it routes to one shard.
 # {relax} turns off the wait for the WAL flush for this statement's own transaction: a crash could
 # lose the last fraction of a second of recall logs (the block is then simply recomputed), which is
 # not worth a disk flush on every agent turn.
@@ -254,14 +263,6 @@ WITH claimed AS (
     SET memory_block = %(block)s, memory_block_at = %(now)s, memory_block_message = %(message)s
     WHERE id = %(session)s AND user_id = %(user)s AND memory_block_at IS NOT DISTINCT FROM %(previous)s::timestamptz
     RETURNING id
-), marked AS (
-    UPDATE memoryapp_memoryfact SET last_recalled_at = %(now)s
-    WHERE user_id = %(user)s AND id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
-    RETURNING id
-), org_marked AS (
-    UPDATE memoryapp_memoryfact SET last_recalled_at = %(now)s
-    WHERE org_id = %(org)s AND scope = 'org' AND id = ANY(%(ids)s::uuid[]) AND EXISTS (SELECT 1 FROM claimed)
-    RETURNING id
 ), logged AS (
     INSERT INTO memoryapp_recalllog (user_id, session_id, fact_id, tier, score, position, created_at)
     SELECT %(user)s, c.id, u.fact_id, u.tier, u.score, u.position - 1, %(now)s
@@ -269,8 +270,7 @@ WITH claimed AS (
         WITH ORDINALITY AS u(fact_id, tier, score, position)
     RETURNING id
 )
-SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM marked) + (SELECT count(*) FROM org_marked),
-    (SELECT count(*) FROM logged){relax}
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM logged){relax}
 """
 MESSAGE_KEPT_CHARS = 2000  # enough for a reviewer to judge relevance
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
@@ -302,7 +302,6 @@ def recall(session, message, refresh=False, vector=None):
                 "session": session.id,
                 "previous": session.memory_block_at,
                 "user": session.user_id,
-                "org": session.org_id,
                 "ids": [s.fact.id for s in chosen],
                 "tiers": [s.tier for s in chosen],
                 "scores": [s.score for s in chosen],

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from memoryapp import clock, forgetting, recall, writing
 from memoryapp.backends import anthropic as llm
-from memoryapp.models import FactEvent, ForgettingEntry, ForgettingRun, MemoryFact
+from memoryapp.models import AgentSession, FactEvent, ForgettingEntry, ForgettingRun, MemoryFact, RecallLog
 
 DAY = timedelta(days=1)
 
@@ -24,7 +24,9 @@ def store(user, text, kind, **kw):
 
 
 def mark_recalled(fact):
-    MemoryFact.objects.filter(id=fact.id).update(last_recalled_at=clock.now())
+    """Put the fact in a memory block now, the way recall records it: one recall log row."""
+    session = AgentSession.objects.create(user=fact.user)
+    RecallLog.objects.create(user=fact.user, session=session, fact=fact, tier="relevant", created_at=clock.now())
 
 
 @pytest.fixture

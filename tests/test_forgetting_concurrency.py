@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from memoryapp import clock, forgetting
-from memoryapp.models import FactEvent, ForgettingEntry, MemoryFact
+from memoryapp.models import AgentSession, FactEvent, ForgettingEntry, MemoryFact, RecallLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,9 +27,14 @@ def old_facts(travel):
             embedding_model="none",
             created_at=start + timedelta(minutes=i),
             last_confirmed_at=start + timedelta(minutes=i),
-            last_recalled_at=start + timedelta(minutes=i),  # recalled once: only staleness applies
         )
         for i in range(50)
+    )
+    # Each recalled once, so only staleness applies.
+    session = AgentSession.objects.create(user=user)
+    RecallLog.objects.bulk_create(
+        RecallLog(user=user, session=session, fact=f, tier="relevant", created_at=f.created_at)
+        for f in MemoryFact.objects.filter(user=user)
     )
     # Now the first 30 (minutes 0..29) were last confirmed more than 90 days ago.
     travel(timedelta(days=90, minutes=29, seconds=30))

@@ -18,7 +18,7 @@ from django.db import connection
 
 from memoryapp import clock, db
 from memoryapp.forgetting import NEVER_RECALLED
-from memoryapp.models import MemoryFact, Organization
+from memoryapp.models import AgentSession, MemoryFact, Organization, RecallLog
 
 BENCH_ORG = "bench-forget"
 FACTS_PER_USER = 200
@@ -84,6 +84,14 @@ class Command(BaseCommand):
         get_user_model().objects.filter(username__startswith="bench-forget-").delete()
         Organization.objects.filter(slug=BENCH_ORG).delete()
 
+    @staticmethod
+    def _store(facts, recalls, users, sessions):
+        MemoryFact.objects.bulk_create(facts)
+        RecallLog.objects.bulk_create(
+            RecallLog(user=users[u], session=sessions[u], fact=f, tier="relevant", created_at=when)
+            for f, u, when in recalls
+        )
+
     def _seed(self, n):
         """Facts spread over 0..200 days of age: every kind, some recalled, some confirmed lately."""
         rng = random.Random(7)
@@ -93,7 +101,9 @@ class Command(BaseCommand):
         users = User.objects.bulk_create(User(username=f"bench-forget-{i}") for i in range(max(1, n // FACTS_PER_USER)))
         vector = [0.0] * (DIM - 1) + [1.0]
         kinds = ["preference", "constraint", "profile", "goal"]
-        chunk = []
+        # A fact's last recall is its newest recall log row (one session per user holds them).
+        sessions = AgentSession.objects.bulk_create(AgentSession(user=u) for u in users)
+        chunk, recalls = [], []
         for i in range(n):
             created = now - timedelta(days=rng.uniform(0, 200))
             confirmed = created + (now - created) * rng.random() * rng.choice([0, 1])
@@ -115,12 +125,13 @@ class Command(BaseCommand):
                     embedding_model="bench",
                     created_at=created,
                     last_confirmed_at=confirmed,
-                    last_recalled_at=None if expired else recalled,
                     expired_at=expired,
                     expired_rule=NEVER_RECALLED if expired else "",
                 )
             )
+            if recalled is not None and expired is None:
+                recalls.append((chunk[-1], i % len(users), recalled))
             if len(chunk) == 5000:
-                MemoryFact.objects.bulk_create(chunk)
-                chunk = []
-        MemoryFact.objects.bulk_create(chunk)
+                self._store(chunk, recalls, users, sessions)
+                chunk, recalls = [], []
+        self._store(chunk, recalls, users, sessions)

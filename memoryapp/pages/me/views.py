@@ -171,7 +171,7 @@ def memory(request):
         kind = ""
     live = MemoryFact.objects.for_user(request.user).live().defer("embedding")
     counts = dict(live.values_list("kind").annotate(n=Count("id")))
-    shown = live
+    shown = live.with_last_recalled()
     if query:
         shown = shown.filter(text__icontains=query)
     if kind:
