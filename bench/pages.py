@@ -247,7 +247,9 @@ def load(base, target, clients, seconds, tool):
         if body:
             env["BENCH_BODY"] = body
         threads = str(min(2, clients))
-        cmd = ["wrk", "-t", threads, "-c", str(clients), "-d", f"{seconds}s", "--timeout", "30s", "-s", script.name]
+        # wrk takes whole seconds ("5s"; "5.0s" is an error)
+        cmd = ["wrk", "-t", threads, "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s"]
+        cmd += ["-s", script.name]
         out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, check=True).stdout
         os.unlink(script.name)
         line = next(x for x in out.splitlines() if x.startswith("BENCHJSON "))

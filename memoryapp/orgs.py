@@ -62,7 +62,13 @@ KIND_HEADINGS = {"constraint": "Constraints", "profile": "Profile", "preference"
 
 def live_facts(org):
     """The org's live facts grouped by kind: [(kind, heading, facts)], each fact with who proposed or corrected it."""
-    facts = list(MemoryFact.objects.for_org(org).live().select_related("added_by").order_by("-created_at", "id"))
+    facts = list(
+        MemoryFact.objects.for_org(org)
+        .live()
+        .defer("embedding")
+        .select_related("added_by")
+        .order_by("-created_at", "id")
+    )
     proposals = _proposals_for(facts)
     corrected = set(
         MemoryFact.objects.filter(superseded_by_id__in=[f.id for f in facts], supersede_reason="corrected").values_list(
@@ -86,6 +92,7 @@ def expired_facts(org):
     """Org facts the forgetting job has expired (not superseded), newest first."""
     facts = list(
         MemoryFact.objects.for_org(org)
+        .defer("embedding")
         .filter(superseded_at__isnull=True, expired_at__isnull=False)
         .order_by("-expired_at", "id")
     )

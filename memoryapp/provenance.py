@@ -196,7 +196,7 @@ def session_provenance(session, turn_offset=0, turn_limit=500):
         external_id=sessions.external_id_of(session.user, session.org),
         turns=list(Turn.objects.filter(session=session).order_by("ordinal")[turn_offset : turn_offset + turn_limit]),
         runs=list(session.extraction_runs.order_by("started_at", "id")),
-        written=list(MemoryFact.objects.filter(source_session=session).order_by("created_at", "id")),
+        written=list(MemoryFact.objects.filter(source_session=session).defer("embedding").order_by("created_at", "id")),
         confirmed=[facts[i] for i in dict.fromkeys(confirmed_ids) if i in facts],
         superseded=[(e, facts.get(e.fact_id)) for e in superseded_events],
         recalled=list(

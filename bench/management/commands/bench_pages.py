@@ -1,3 +1,4 @@
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from bench import common as benchmarks
@@ -28,6 +29,8 @@ class Command(BaseCommand):
         server = None
         runs = []
         try:
+            # As in production (scripts/run): the server uses WhiteNoise's hashed manifest.
+            call_command("collectstatic", interactive=False, verbosity=0)
             server = pb.Gunicorn(o["workers"])
             server.wait_ready()
             for target in seeded.targets.values():
