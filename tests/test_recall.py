@@ -441,3 +441,27 @@ def test_tier_two_is_hybrid_a_shared_word_recalls_a_fact_the_vectors_miss(org, s
 def test_message_words_cannot_inject_tsquery_syntax():
     assert recall.message_words("a & b | !c <-> d:* 'x' (tomatoes)") == "tomatoes"
     assert recall.message_words("") == ""
+
+
+def _recall_plans():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ["%WITH always AS%"],
+        )
+        return cursor.fetchone()
+
+
+def test_the_recall_statement_is_planned_once_per_connection(org):
+    """Planning the selection cost as much as running it: it is prepared and reused with a generic plan."""
+    alice, bob = _user(org), _user(org, "bob")
+    _fact(alice, "The user is on-prem by contract.", "constraint")
+    _fact(bob, "The user writes Rust at work.", "profile")
+    generic, custom = _recall_plans()
+
+    for person, message in [(alice, "Where do we deploy?"), (bob, "Which language?"), (alice, "Any limits?")]:
+        recall.recall(sessions.open_session(org, person), message)
+
+    # Three recalls for two people: every execution used the one generic plan, none was planned anew.
+    assert _recall_plans() == (generic + 3, custom)
