@@ -57,8 +57,10 @@ class MiniLM:
         self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pads to the batch's longest
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = settings.EMBEDDING_THREADS
         options.inter_op_num_threads = 1
+        # Idle helper threads sleep instead of spinning, so they never take a core from other requests.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )

@@ -292,7 +292,7 @@ def recall(session, message, refresh=False, vector=None):
     now = clock.now()
     # Inside a caller's transaction the setting would outlive this statement, so leave it alone there.
     sql = STORE_SQL.format(relax="" if connection.in_atomic_block else RELAX_COMMIT)
-    with connection.cursor() as cursor:
+    with connection.prepared_cursor() as cursor:
         cursor.execute(
             sql,
             {

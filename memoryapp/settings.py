@@ -263,6 +263,9 @@ OPENAI_PRICE_PER_MTOK = {
     "cache_write": "0",
 }
 EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
+# Cores MiniLM may use for one text. 1 suits a busy server (every core already serves a request);
+# 2 cuts a lone recall's embedding by about a third when a core is idle (docs/benchmarks.md).
+EMBEDDING_THREADS = max(1, env_int("EMBEDDING_THREADS", 1))
 VOYAGE_API_KEY = env("VOYAGE_API_KEY")
 VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3-lite")
 
