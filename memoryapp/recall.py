@@ -4,6 +4,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
+import numpy as np
 from django.conf import settings
 from django.db import connection
 
@@ -127,7 +128,7 @@ def message_words(message):
 
 
 def _vector_literal(vector):
-    return str([float(x) for x in vector])  # '[0.1, -0.2, ...]', pgvector's text form
+    return str(np.asarray(vector, dtype=np.float32).tolist())  # '[0.1, -0.2, ...]', pgvector's text form
 
 
 def select(user, message, org=None, vector=None):
