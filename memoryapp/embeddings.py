@@ -59,8 +59,6 @@ class MiniLM:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = settings.EMBEDDING_THREADS
         options.inter_op_num_threads = 1
-        # Idle helper threads sleep instead of spinning, so they never take a core from other requests.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
