@@ -128,6 +128,14 @@ def seed(n_facts, progress=None):
 
     seeded.targets = {
         "ceiling (healthz)": (reverse("healthz"), "GET", None, {}, "ok"),
+        # The floor under every page: session, sign-in, the layout, and no data at all.
+        "signed-in page, no data (about)": (
+            reverse("me:about"),
+            "GET",
+            None,
+            {"Cookie": cookie(user)},
+            "How your memory works",
+        ),
         f"My memory ({n_facts} facts)": (
             reverse("me:memory"),
             "GET",

@@ -223,6 +223,7 @@ def test_bench_pages_smoke_under_gunicorn(tmp_path):
     pages = {r["page"] for r in data["runs"]}
     assert pages == {
         "ceiling (healthz)",
+        "signed-in page, no data (about)",
         "My memory (20 facts)",
         "fact provenance (console)",
         "org memory (50 org facts)",
