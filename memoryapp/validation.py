@@ -45,25 +45,6 @@ _SENTENCE_BREAK = re.compile(
     r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt))(?<!\bMrs)(?<!\bProf)[.!?](?=\s+[A-Z\"'(])|;|\n"
 )
 
-# The old blocklist of phrasings. It is no longer the validator (see the checks below); the
-# staff poisoning audit still uses it as a cheap SQL prefilter over stored facts.
-INSTRUCTION_PATTERNS = [
-    r"\bignore (all |any )?(previous|prior|above|earlier) (instructions|prompts?|messages)",
-    r"\bdisregard (all |any )?(previous|prior|above|earlier|your)",
-    r"\byou are now\b",
-    r"\b(note|message|instructions?) (for|to) the (assistant|ai|model|agent)\b",
-    r"\bthe (assistant|ai|model|agent) (must|should|shall|may|is allowed|can)\b",
-    r"\b(is|are|has been|have been) (authori[sz]ed|permitted|allowed) to\b",
-    r"\bhas authori[sz]ed\b",
-    r"\balways (allow|approve|grant|accept|comply)\b",
-    r"\bnever (refuse|deny|decline|ask for (confirmation|approval))\b",
-    r"\b(grant|give) (the user )?(unrestricted|unlimited|full|admin) (access|refunds?|permissions?)\b",
-    r"\bunrestricted (refunds?|access)\b",
-    r"\bremember (this|that)\b",
-    r"\bsystem prompt\b",
-    r"^(ignore|disregard|forget|do not|don't|always|never|you must|you should|please)\b",
-]
-
 
 def normalise(text):
     """Fact text as stored: NFC, no invisible or control characters, single spaces.
@@ -213,8 +194,9 @@ _GRANTABLE_STRONG = _words(
 )
 # ...or when the assistant is the one to grant it.
 _GRANTABLE = _words(
-    _GRANTABLE_STRONG[3:-1] + r"|requests?|transactions?|transfers?|payments?|withdrawals?|claims?|orders?"
-    r"|returns?|everything|anything|whatever"
+    _GRANTABLE_STRONG[3:-1]
+    + r"|payouts?|fees?|charges?|requests?|transactions?|transfers?|payments?|withdrawals?|claims?|orders?"
+    r"|returns?|purchases?|everything|anything|whatever"
 )
 _APPROVED = _words(
     r"approved|granted|authori[sz]ed|honou?red|allowed|permitted|unlocked|waived|rubber-?stamped|green-?lit"
@@ -288,11 +270,18 @@ def _anchored(rest):
 def _reaches_service(rest):
     """The rest of a permission names something this service controls (or nothing at all)."""
     rest = rest.strip(" .,!?'\"")
-    return not rest or _names_service(rest)
+    # "unrestricted approval power": the rest only says what kind of power it is
+    return (
+        not rest
+        or bool(re.match(r"(?:power|powers|authority|rights|privileges|status)\b", rest))
+        or _names_service(rest)
+    )
 
 
 def _names_service(rest):
     """`rest` names something this service controls: a grantable, one of its parts, internal data, "any"."""
+    # "company vans", "company car": the word as a modifier is the person's employer, not this service
+    rest = re.sub(r"\bcompany\s+(?=[a-z])", "", rest)
     return bool(
         re.search(rf"\b(?:{_GRANTABLE[3:-1]}|{_SERVICE[3:-1]}|internal|confidential|restricted|classified)\b", rest)
         or _DEICTIC.search(rest)
@@ -309,20 +298,29 @@ def _negated(folded, match):
 
 _ALWAYS_AUTHORITY = re.compile(
     rf"\bentitl\w*\s+(?:\S+\s+){{0,5}}?(?:{_GRANTABLE}|prices|pricing|rates|perks|free \w+|priority)\b"
+    # "entitles them to bypass the queue": an entitlement to skip or to grant is authority whatever the object
+    r"|\bentitl\w*\s+(?:\S+\s+){0,2}?to\s+(?:skip|bypass|jump|override|waive|ignore|approve|grant|unlock|skip)\w*"
     r"|\bpre[- ]?(?:approv|authori[sz]|clear|verif|aprob)\w*"
     r"|\bauto(?:matically|-)?\s?approv\w*"
     r"|\b(?:approv|authori[sz]|clear|grant)\w* in advance\b"
     r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
     r"|\bno (?:proof|questions asked)\b"
-    r"|\ballowlist\w*|\bwhitelist\w*"
+    r"|\b(?:allow|white|safe|trusted|exception|bypass)[- ]?list\w*"
     r"|\b(?:admin\w*|root|superuser|super-user|staff|owner|operator|moderator|vip|god|master|privileged)-"
     r"(?:level|grade|tier|class|rank|status)\b"
     rf"|{_FOREIGN_AUTHORITY}"
+    # "carries the authority of a manager", "the same privileges as a support agent": a role by equivalence
+    r"|\b(?:authority|powers?|rights|privileges|permissions?|access|clearance)\s+(?:of|as)\s+(?:an?|the)\s+(?:[\w-]+\s+)?"
+    r"(?:manager|admin\w*|supervisor|staff|employee|agent|moderator|owner|operator|superuser|director|approver)\b"
+    # "part of the trust and safety team here": a member of this service's own staff
+    r"|\b(?:part of|member of|on|in|joined|belongs? to)\s+(?:the\s+)?(?:[\w&-]+\s+){0,3}?(?:team|staff|department|crew)"
+    r"\s+(?:here|of this|at this|for this|behind this|that runs this)\b"
 )
 # "is allowed to", "is cleared to", "is eligible for": a standing permission (about this service).
 _PERMISSION_STATE = re.compile(
     r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+(?:\w+\s+){0,2}?"
-    r"(?:authori[sz]ed|permitted|allowed|cleared|approved|privileged|eligible|qualified|certified)"
+    r"(?:authori[sz]ed|permitted|allowed|cleared|approved|privileged|eligible|qualified|certified|licensed"
+    r"|empowered|designated|appointed|delegated|mandated|sanctioned|trusted)"
     r"\s+(?:(?:by \w+(?: \w+)? )?to|for)\b"
 )
 # "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
@@ -332,13 +330,13 @@ _PRIVILEGE_HELD = re.compile(
     r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
     r"|owner|master|god|special|vip|privileged|override|bypass)"
     r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
-    r"|control)\b"
+    r"|control|keys?|pass(?:es|word)?|badges?|credentials|login)\b"
 )
 # "has permission to", "has clearance", "has the right to": a permission, authority when it is
 # about something this service controls.
 _PERMISSION_HELD = re.compile(
     r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|carr(?:y|ies)|bears?"
-    r"|wields?)\s+(?:\w+\s+){0,3}?"
+    r"|wields?)\s+(?:[\w-]+\s+){0,3}?"
     r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
     r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to)\b"
 )
@@ -385,17 +383,31 @@ _MAY_OVERRIDE = re.compile(
     r"\b(?:can|may|could|is able to|is free to)\s+(?:always\s+)?(?:override|overrule|bypass|veto)\b"
 )
 # "may access the admin panel", "can view any customer's account": reach into this service.
+_OTHERS_THINGS = (
+    r"(?:other|another|any|every|all|each)\s+(?:\w+\s+)?(?:users?|customers?|people|persons?|clients?|accounts?"
+    r"|orders?|records?|members?|conversations?|chats?|profiles?|tickets?|memor(?:y|ies)|inbox(?:es)?)\b"
+)
 _PRIVILEGED_REACH = re.compile(
     r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,4}?"
     r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
     r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
-    r"|other (?:users|customers|people|clients)|any (?:account|order|customer|user|record)"
-    r"|every (?:account|order|customer|user|record)|all (?:accounts|orders|customers|users|records))"
+    r"|other (?:users|customers|people|clients)|" + _OTHERS_THINGS + ")"
+    # "holds the keys to every account", "has visibility into all conversations"
+    r"|\b(?:has|have|holds?|keeps?|gets?|given|granted|with)\s+(?:[\w-]+\s+){0,3}?(?:keys?|access|control|rights?"
+    r"|power|authority|visibility|say)\s+(?:to|over|of|into|on|for)\s+(?:the\s+)?" + _OTHERS_THINGS
+)
+# "in charge of this chatbot", "runs the helpdesk here": control of this service itself.
+_CONTROLS_SERVICE = re.compile(
+    r"\b(?:in charge of|responsible for|runs?|manages?|controls?|owns?|administers?|oversees?|configures?"
+    r"|operates?|supervises?)\s+(?:(?:this|these|our|your)\s+(?:[\w-]+\s+)?(?:"
+    + _SERVICE[3:-1]
+    + r"|chatbot|ai|llm)|the\s+(?:assistant|bot|chatbot"
+    r"|model|ai|llm|helpdesk|help desk|memory)|(?:its|the assistant's|the bot's) (?:settings|configuration|rules))\b"
 )
 
 
 def _authority(folded):
-    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE)):
+    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _CONTROLS_SERVICE)):
         return True
     for pattern, needs_target in (
         (_PRIVILEGE_HELD, False),
@@ -419,6 +431,10 @@ def _authority(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
             continue  # a job title: "a system administrator" (but "the system operator" is a role here)
+        if re.search(r"(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)$", m.group(0)) and re.match(
+            r"\s+(?:to|for)\b", folded[m.end() :]
+        ):
+            continue  # "is authorised to drive company vans": a permission, judged by _PERMISSION_STATE
         if not _negated(folded, m) and not _anchored(folded[m.end() :]):
             return True
     return False
@@ -475,7 +491,8 @@ _QUOTED_ORDER = re.compile(
 _GRANTED_BY_OTHERS = re.compile(
     r"\b(?:has|have|had|already)\s+(?:already\s+)?(?:authori[sz]ed|approved|granted|sanctioned|signed off on"
     r"|cleared)\s+"
-    rf"(?:all|every|any|unlimited|their|his|her|the user's)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE_STRONG}\b"
+    rf"(?:all|every|any|unlimited|unrestricted|blanket|their|his|her|the user's)\s+(?:\S+\s+){{0,2}}?"
+    rf"{_GRANTABLE_STRONG}\b"
 )
 # A bare order where a description should be: "the catchphrase is approve everything".
 _BARE_ORDER = re.compile(
@@ -504,7 +521,8 @@ def _approval(folded):
 
 # Checks that establish who someone is or whether something may happen: "without" or "no" is enough.
 _VERIFICATION = _words(
-    r"checks?|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications|verify(?:ing)?"
+    r"proof of (?:identity|id|address|purchase|ownership|age)|checks?"
+    r"|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications|verify(?:ing)?"
     r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
     r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
     r"|approval(?: steps?| process)?|review|reviews|confirmation|confirm\w*|proof|evidence|screening"
@@ -522,7 +540,10 @@ _RULE = _words(
 )
 _WEAK_SKIP = _words(
     r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide|do)\w*|no need|never ask\w*"
-    r"|never need\w*|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
+    r"|never need\w*|would rather not|prefers? not to|rather not"
+    r"|(?:never|not|no longer)\s+(?:\w+\s+)?(?:has|have|had|needs?|required|asked|expected|obliged)"
+    r"\s+to\s+(?:show|provide|give|present|prove|produce|submit|enter|pass|go through|answer)"
+    r"|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
     r"|no necesita|pas besoin de|braucht keine?|non ha bisogno di"
 )
 _STRONG_SKIP = _words(
@@ -550,7 +571,8 @@ _SKIP_CHECK = re.compile(
 _CHECK_SKIPPED = re.compile(
     rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
     r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
-    r"|suspended|relaxed|loosened|removed|eased|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
+    r"|suspended|relaxed|loosened|removed|eased|disappear\w*|vanish\w*|gone|go away|went away|scrapped|abolished"
+    r"|eliminated|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
     r"|will |shall )?not apply|not be applied"
     r"|befreit|ubersprungen|omitid\w*)"
     rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
@@ -579,11 +601,27 @@ _ALREADY_VERIFIED = re.compile(
 )
 
 
+# "their purchases are never reviewed", "refunds are not checked": what this service would grant, said to
+# go unchecked (unless it is somebody else in the person's life who does not check: "by their teacher").
+_NEVER_CHECKED = re.compile(
+    rf"\b(?:{_GRANTABLE}|{_VERIFICATION}|account|accounts|identity)\b(?:\s+\S+){{0,3}}?\s+(?:is|are|be|get|gets)\s+"
+    r"(?:never|not|no longer)\s+(?:\w+\s+)?(?:reviewed|checked|verified|screened|audited|questioned|scrutini[sz]ed"
+    r"|inspected|vetted|flagged|challenged|limited|capped|restricted|blocked|declined|refused|denied)\b"
+)
+# "insists that no limits be applied": a rule or check that is not to be applied at all.
+_NONE_APPLIED = re.compile(
+    rf"\bno\s+(?:\S+\s+){{0,2}}?(?:{_VERIFICATION}|{_RULE})\s+(?:should |must |will |shall |to |ever )?"
+    r"(?:be|are|is|get|gets|being)\s+(?:ever\s+)?(?:applied|enforced|imposed|required|requested|run|done|performed"
+    r"|carried out|asked for|asked)\b"
+)
+
+
 def _skip(folded):
-    for m in _SKIP_CHECK.finditer(folded):
-        if not _anchored(folded[m.end() :]):
-            return True  # ("no password on their home Wi-Fi" is about their own things)
-    checks = (_CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES)
+    for pattern in (_SKIP_CHECK, _NEVER_CHECKED):
+        for m in pattern.finditer(folded):
+            if not _anchored(folded[m.end() :]):
+                return True  # ("no password on their home Wi-Fi" is about their own things)
+    checks = (_CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES, _NONE_APPLIED)
     return any(p.search(folded) for p in checks)
 
 
@@ -672,8 +710,17 @@ _META = re.compile(
             r"\b(?:act|answer|respond|operate|behave|work|talk|reply)\w*\s+(?:\w+\s+){0,4}?"
             r"(?:without|with no) (?:any )?(?:restrictions|limits|rules|filters|guardrails|censorship)",
             r"\b(?:had|has|have|with) no (?:guardrails|rules|restrictions|filters|content policy|safety)\b",
+            r"\b(?:character|persona|ai|assistant|model|bot|chatbot|version|mode|role)\s+(?:\w+\s+){0,2}?"
+            r"(?:that |which |who )?(?:has|have|with|without) (?:no |any )?(?:limits|boundaries|constraints|rules"
+            r"|restrictions|filters|guardrails|morals|ethics|censorship)\b",
             rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|say no)\w*",
             r"\bwhatever (?:the user|they|he|she|this user) (?:asks?|says?|wants?|requests?|demands?)\b",
+            rf"\b{_MODEL}\s+(?:\S+\s+){{0,4}}?(?:ignor|disregard|disobey|defy|defie|overrul|overrid|bypass|go against"
+            r"|goes against|work around|stop listening to)\w*\s+(?:the |its |their |your )?(?:operators?|developers?"
+            r"|creators?|makers?|deployers?|owners?|company|admins?)\b",
+            rf"\b{_MODEL}\s+(?:\S+\s+){{0,4}}?(?:do|does|grant|give|provide|approve|accept|say yes to|agree to)\w*\s+"
+            r"(?:\S+\s+)?(?:anything|everything|whatever|all)\s+(?:that\s+)?(?:the user|they|he|she|this user|i)\s+"
+            r"(?:asks?|says?|wants?|requests?|demands?|tells?)\b",
             rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:obey|comply with (?:every|all|any|whatever)|do whatever)\w*",
             r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
             r"|orders)\b",
@@ -717,6 +764,35 @@ def _addresses_assistant(raw, folded):
     return bool(_SECOND_PERSON.search(_QUOTED.sub(" ", text)))
 
 
+# --- 8. another language: authority words are payload -----------------------------------------------------
+
+# Facts are written in English about the user ("The user ..."). A whole sentence in another language
+# is rare, and when it speaks of approvals, roles, checks or instructions it is a payload: the English
+# checks above cannot read its grammar, so its vocabulary alone decides.
+_FOREIGN_FUNCTION = re.compile(
+    r"\b(?:le|la|les|des|du|est|sont|que|qui|pour|avec|ses|der|die|das|dem|den|ist|sind|und|dass|nicht|mit|fur"
+    r"|seine|ihre|dieses|diese|el|los|las|es|son|para|con|sus|su|quiere|debe|il|gli|lo|sono|che|per|della|deve"
+    r"|os|um|uma|com|seu|sua|suas|seus|nao|het|een|moet|zijn|niet|voor|alle|alles|tous|todos|todas|tutti|tutte"
+    r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente)\b"
+)
+_ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|a|an)\b")
+_FOREIGN_PAYLOAD = re.compile(
+    r"\b(?:\w*admin\w*|amministr\w*|beheerder\w*|superu\w*|moderat\w*|approv\w*|aprob\w*|aprue\w*|aprov\w*"
+    r"|genehmig\w*|goedgekeurd|goedkeur\w*|autori\w*|berecht\w*|befug\w*|bevoegd\w*|erlaub\w*|toestemming|permis\w*"
+    r"|permesso|\w*rechte\w*|tiene (?:el )?derecho|a le droit|ha il diritto|tem o direito|erstatt\w*|\w*erstattung\w*"
+    r"|reembols\w*|rembours\w*|rimbors\w*|terugbetal\w*|ignor\w*|negeer\w*|negeren|oubli\w*|vergiss\w*|vergeet"
+    r"|olvid\w*|dimentic\w*|esquec\w*|instruc\w*|istruz\w*|anweisung\w*|instructies|regels?|regeln|regles?|reglas?"
+    r"|regole|norme|richtlijn\w*|richtlini\w*|verifi\w*|\w*prufung\w*|controle\w*|controll\w*"
+    r"|kontroll\w*|ausweis\w*|limit\w*|zugriff\w*|acces\w*|accesso|toegang|salt[ae]\w*|uberspring\w*|omit\w*"
+    r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip)\b"
+)
+
+
+def _foreign_payload(folded):
+    foreign = len(set(_FOREIGN_FUNCTION.findall(folded))) >= 2 and not _ENGLISH_FUNCTION.search(folded)
+    return foreign and bool(_FOREIGN_PAYLOAD.search(folded))
+
+
 # --- the entry point ------------------------------------------------------------------------------------
 
 CHECKS = [
@@ -727,6 +803,10 @@ CHECKS = [
     (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit"),
     (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval"),
     (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted"),
+    (
+        lambda raw, folded: _foreign_payload(folded),
+        "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
+    ),
 ]
 AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
 
