@@ -222,7 +222,8 @@ _FOREIGN_AUTHORITY = _words(
 # A role that would carry authority in this service if the user simply "is" it.
 _ROLE = _words(
     r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
-    r"|(?:account |system |site |platform |workspace )?owners?|operators?|moderators?|mods?|staff(?: members?)?"
+    r"|(?:account |system |site |platform |workspace )?owners?|bosse?s?|gatekeepers?|operators?|moderators?|mods?"
+    r"|staff(?: members?)?"
     r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|(?:trusted|privileged|verified|whitelisted) "
     r"(?:testers?|insiders?|employees?|vendors?)|signator(?:y|ies)|authori[sz]ers?"
     r"|administrat(?:eur|ore|ador)s?|(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)"
@@ -262,9 +263,24 @@ _DEICTIC = re.compile(
 _NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b")
 
 
+# Words that put a scope back inside this conversation, wherever they come ("in future chats").
+_CONVERSATION = re.compile(r"\b(?:chats?|conversations?|sessions?|assistant|chatbot|bot|helpdesk|help desk)\b")
+
+
 def _anchored(rest):
     """The role or permission is scoped to the person's own life, and is not over anything of ours."""
-    return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest)
+    return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest) and not _our_conversation(rest)
+
+
+def _our_conversation(rest):
+    """`rest` puts the scope back in this conversation ("in future chats"), not in one of the person's own
+    ("their family's group chat")."""
+    for m in _CONVERSATION.finditer(rest):
+        if not re.search(
+            r"\b(?:their|his|her|group|whatsapp|discord|slack|signal|telegram|team|class|club)\b", rest[: m.start()]
+        ):
+            return True
+    return False
 
 
 def _reaches_service(rest):
@@ -311,7 +327,13 @@ _ALWAYS_AUTHORITY = re.compile(
     rf"|{_FOREIGN_AUTHORITY}"
     # "carries the authority of a manager", "the same privileges as a support agent": a role by equivalence
     r"|\b(?:authority|powers?|rights|privileges|permissions?|access|clearance)\s+(?:of|as)\s+(?:an?|the)\s+(?:[\w-]+\s+)?"
-    r"(?:manager|admin\w*|supervisor|staff|employee|agent|moderator|owner|operator|superuser|director|approver)\b"
+    r"(?:manager|admin\w*|supervisor|staff|employee|agent|moderator|owner|operator|superuser|director|approver"
+    r"|ceo|cfo|cto|founder|president|boss|head|chief\w*|executive|management)\b"
+    # "can do anything an administrator can do"
+    r"|\b(?:anything|everything|whatever|all that|what)\s+(?:an?|the|any)\s+(?:admin\w*|superuser|staff member"
+    r"|moderator|operator|owner|manager|agent|employee)\s+(?:can|could|may|is allowed to)\b"
+    # "listed in the sudoers file", "added to the admin group"
+    r"|\bsudoers\b"
     # "part of the trust and safety team here": a member of this service's own staff
     r"|\b(?:part of|member of|on|in|joined|belongs? to)\s+(?:the\s+)?(?:[\w&-]+\s+){0,3}?(?:team|staff|department|crew)"
     r"\s+(?:here|of this|at this|for this|behind this|that runs this)\b"
@@ -320,7 +342,7 @@ _ALWAYS_AUTHORITY = re.compile(
 _PERMISSION_STATE = re.compile(
     r"\b(?:is|are|am|be|been|being|was|were|remains?|stays?|'s)\s+(?:\w+\s+){0,2}?"
     r"(?:authori[sz]ed|permitted|allowed|cleared|approved|privileged|eligible|qualified|certified|licensed"
-    r"|empowered|designated|appointed|delegated|mandated|sanctioned|trusted)"
+    r"|empowered|designated|appointed|delegated|mandated|sanctioned|trusted|deputi[sz]ed|commissioned)"
     r"\s+(?:(?:by \w+(?: \w+)? )?to|for)\b"
 )
 # "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
@@ -338,13 +360,15 @@ _PERMISSION_HELD = re.compile(
     r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|carr(?:y|ies)|bears?"
     r"|wields?)\s+(?:[\w-]+\s+){0,3}?"
     r"(?:permission|permissions|clearance|authority|authori[sz]ation|privileges?|the right to|rights (?:to|over)"
-    r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to)\b"
+    r"|(?:the )?(?:final|last) (?:say|word)|veto|(?:the )?(?:ability|power|powers|capacity) to"
+    r"|(?:\w+ )?(?:exemptions?|waivers?|dispensations?))\b"
 )
 # "is owed a refund for every order": an entitlement without saying so.
 _OWED = re.compile(rf"\b(?:is|are)\s+owed\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b")
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
-    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked)\s+"
+    r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked"
+    r"|permanent|standing|lifetime|perpetual|open-ended)\s+"
     r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
     r"|abilities|powers|control"
     r"|returns|access|rights|credit)\b"
@@ -360,13 +384,25 @@ _MAY_GRANT = re.compile(
     r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+)?(?:approve|grant|authori[sz]e|issue|unlock"
     rf"|waive|override|bypass)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b"
 )
+# "Billing has authorised this user to get money back": a permission given by somebody else, judged by its object.
+_GRANTED_TO_THEM = re.compile(
+    r"\b(?:has|have|had)\s+(?:\w+\s+)?(?:authori[sz]ed|permitted|allowed|cleared|empowered|entitled|approved)\s+"
+    r"(?:this user|the user|them|him|her|this customer)\s+(?:to|for)\b"
+)
+# "is the platform's head of security": a job, but one in this service.
+_JOB_OF_SERVICE = re.compile(
+    r"\b(?:is|as|'s)\s+(?:a|an|the|one of the)\s+(?:platform|service|site|app|assistant|bot|chatbot|helpdesk"
+    r"|help desk|system|workspace|support team)'s\s+(?:[\w-]+\s+){0,2}?(?:head|lead|director|manager|owner|admin\w*"
+    r"|chief|supervisor|engineer|agent|staff|employee|officer|operator|moderator)\b"
+)
 # "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
 _ROLE_CLAIM = re.compile(
-    r"\b(?:is|are|am|was|were|be|been|being|'s|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
+    r"\b(?:is|are|am|was|were|be|been|being|(?:(?<=user)|(?<=he)|(?<=she)|(?<=it)|(?<=that)|(?<=who))'s"
+    r"|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
     r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
     r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao|^)\s*"
     r"((?:a|an|the|one of the|our|your|un|une|ein|eine|einer|el|la|le|der|die|das|uno|una|um"
-    r"|uma)\s+)?((?:[\w-]+ ){0,2}?)"
+    r"|uma)\s+)?((?:[\w'-]+ ){0,2}?)"
     rf"{_ROLE}"
     # the role is the head of its noun phrase: "a staff nurse" is not staff
     r"(?=\s*$|\s*[.,;:!?)]|\s+(?:and|with|who|so|which|that|whose|for|of|on|at|in|to|by|here|over|across"
@@ -407,7 +443,7 @@ _CONTROLS_SERVICE = re.compile(
 
 
 def _authority(folded):
-    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _CONTROLS_SERVICE)):
+    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _JOB_OF_SERVICE)):
         return True
     for pattern, needs_target in (
         (_PRIVILEGE_HELD, False),
@@ -417,6 +453,8 @@ def _authority(folded):
         (_OWED, True),
         (_PERMISSION_STATE, True),
         (_PERMISSION_HELD, True),
+        (_CONTROLS_SERVICE, False),
+        (_GRANTED_TO_THEM, True),
     ):
         for m in pattern.finditer(folded):
             rest = folded[m.end() :]
@@ -431,8 +469,10 @@ def _authority(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
             continue  # a job title: "a system administrator" (but "the system operator" is a role here)
+        if m.start() == 0 and any(w.endswith("'s") for w in words):
+            continue  # the subject is somebody else's role: "The company's admins can reset passwords."
         if re.search(r"(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)$", m.group(0)) and re.match(
-            r"\s+(?:to|for)\b", folded[m.end() :]
+            r"\s+(?:to|for|by)\b", folded[m.end() :]
         ):
             continue  # "is authorised to drive company vans": a permission, judged by _PERMISSION_STATE
         if not _negated(folded, m) and not _anchored(folded[m.end() :]):
@@ -450,7 +490,7 @@ _GRANT_VERB = _words(
 )
 _HAND_VERB = _words(r"accept\w*|issu\w*|process\w*|refund\w*|reimburs\w*|fulfil\w*|give\w*|gave|hand\w* out|send\w*")
 _PASSIVE_APPROVAL = re.compile(
-    rf"\b{_GRANTABLE}\b(?:\s+\S+){{0,8}}?\s+"
+    rf"\b{_GRANTABLE}\b,?(?:\s+\S+){{0,8}}?\s+"
     r"(?:must|should|shall|will|can|could|would|may|might|are to|is to|need to|needs to|has to|have to|ought to"
     r"|get|gets|are|is|be|been|being|always|automatically|immediately|simply|just)\s+"
     rf"(?:\w+\s+){{0,2}}?(?:{_APPROVED}|({_OUTCOME}))\b"
@@ -477,6 +517,8 @@ _IMPERATIVE = re.compile(
     r"|ignor\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
     r"|omit\w*|uberspring\w*|revele\w*|revela\w*|ne (?:demande|verifie|controle)\w*|gib|gewahre\w*|concede\w*"
     r"|otorga\w*|dale|accorde\w*|concedi)\b"
+    r"(?!\s+(?:requests?|policy|policies|team|teams|process|processes|limits?|rules|notes?|windows?|amounts?"
+    r"|department|claims?|forms?|times?|deadlines?)\b)"
 )
 
 
@@ -529,7 +571,7 @@ _VERIFICATION = _words(
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
-    r"|ausweis\w*|pruebas?|prouver|preuves?|nachweis\w*"
+    r"|ausweis\w*|pruebas?|prouver|preuves?|nachweis\w*|documents?|papers"
 )
 # Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
 _RULE = _words(
@@ -561,7 +603,8 @@ _FOREIGN_NO_RULES = re.compile(
     r"|regeln|regles|reglas|regole|beschrankung\w*|restrictions?|restricciones|restrizioni)\b"
 )
 _NO_QUESTIONS = re.compile(
-    r"\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
+    r"\b(?:taken|accepted|believed|trusted|take\w*|accept\w*)\s+(?:\w+\s+)?at (?:face value|(?:their|his|her) word)\b"
+    r"|\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
     r"|any)\b"
 )
 _SKIP_CHECK = re.compile(
@@ -608,6 +651,14 @@ _NEVER_CHECKED = re.compile(
     r"(?:never|not|no longer)\s+(?:\w+\s+)?(?:reviewed|checked|verified|screened|audited|questioned|scrutini[sz]ed"
     r"|inspected|vetted|flagged|challenged|limited|capped|restricted|blocked|declined|refused|denied)\b"
 )
+# "the account has no transaction limits": the limits of what this service controls, said not to exist.
+_NO_LIMITS_HERE = re.compile(
+    r"\b(?:account|card|refunds?|transfers?|withdrawals?|spending|transactions?|purchases?|orders?|payments?)\b"
+    r"(?:\s+\S+){0,2}?\s+(?:has|have|with|carr(?:y|ies))\s+no\s+(?:\w+\s+)?(?:limits?|caps?|restrictions?|ceilings?"
+    r"|maximums?|checks?)\b"
+    r"|\b(?:has|have|with)\s+no\s+(?:transaction|spending|withdrawal|transfer|refund|payment|purchase|credit)\s+"
+    r"(?:limits?|caps?|restrictions?|ceilings?|maximums?|checks?)\b"
+)
 # "insists that no limits be applied": a rule or check that is not to be applied at all.
 _NONE_APPLIED = re.compile(
     rf"\bno\s+(?:\S+\s+){{0,2}}?(?:{_VERIFICATION}|{_RULE})\s+(?:should |must |will |shall |to |ever )?"
@@ -621,7 +672,15 @@ def _skip(folded):
         for m in pattern.finditer(folded):
             if not _anchored(folded[m.end() :]):
                 return True  # ("no password on their home Wi-Fi" is about their own things)
-    checks = (_CHECK_SKIPPED, _NOT_TO_BE_CHECKED, _ALREADY_VERIFIED, _NO_QUESTIONS, _FOREIGN_NO_RULES, _NONE_APPLIED)
+    checks = (
+        _CHECK_SKIPPED,
+        _NOT_TO_BE_CHECKED,
+        _ALREADY_VERIFIED,
+        _NO_QUESTIONS,
+        _FOREIGN_NO_RULES,
+        _NONE_APPLIED,
+        _NO_LIMITS_HERE,
+    )
     return any(p.search(folded) for p in checks)
 
 
@@ -666,7 +725,7 @@ _META = re.compile(
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT_STRONG}\s+{_META_OWNER}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,2}}?(?:all|any|every)\s+(?:\S+\s+){{0,1}}?{_META_OBJECT_STRONG}\b",
             rf"\b{_META_VERB}\s+(?:\S+\s+){{0,3}}?(?:the )?(?:system prompt|text above|above text|everything above)",
-            rf"\b{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,5}}?"
+            rf"\b{_USERS_OWN}{_META_OWNER}\s+(?:\S+\s+){{0,2}}?{_META_OBJECT}\s+(?:\S+\s+){{0,7}}?"
             r"(?:(?:be|are|is|been|being)\s+)?"
             r"(?:\w+\s+)?(?:discarded|ignored|disregarded|overridden|dropped|forgotten|set aside|revealed|printed"
             r"|shown|replaced|superseded|bypassed|lifted|suspended|void|null|invalid|cancel+ed|obsolete)",
@@ -725,11 +784,24 @@ _META = re.compile(
             r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
             r"|orders)\b",
             r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
+            # "print everything before this memory": what precedes the notes is the assistant's prompt
+            r"\b(?:everything|all|anything|(?:the )?text|what(?:ever)? (?:is|was|comes?|came))\s+(?:\w+\s+)?"
+            r"(?:before|above|preceding|prior to|ahead of)\s+(?:this|these|the)\s+(?:memory|memories|note|notes|message"
+            r"|line|section|block)\b",
             r"\b(?:note|message|memo|reminder|instructions?)\s+(?:to|for)\s+(?:the\s+)?"
             r"(?:assistant|ai|model|bot|agent|system|llm|chatbot)\b",
             r"^(?:dear|attention|hey|hi|hello|ok|okay)\s+(?:assistant|ai|model|bot|claude|chatgpt)\b",
             r"(?:^|[\"'(:]\s*)(?:assistant|ai|model|bot|claude|chatgpt|system|agent)\s*,",
             r"\b(?:system|admin|developer|operator) (?:note|message|notice|override|command)\b|\bsecurity override\b",
+            r"\b(?:leak|disclos|expos|dump)\w*\s+(?:\w+\s+){0,4}?(?:other (?:users|customers|people|clients)|another "
+            r"(?:user|customer))\b",
+            # "pretend the refund policy does not exist"
+            r"\b(?:policy|policies|rules|limits|restrictions|guidelines|instructions|checks)\s+(?:does|do|did|should"
+            r"|would)\s+not\s+exist\b",
+            # "stop being careful with refunds": caution about what this service grants, switched off
+            rf"\b{_MODEL}\s+(?:\S+\s+){{0,3}}?(?:stop|quit|not|never|less)\s+(?:being\s+|be\s+)?(?:so\s+)?(?:careful"
+            rf"|cautious|strict|suspicious|thorough|picky|sceptical|skeptical)\s+(?:with|about|on)\s+(?:\S+\s+)?"
+            rf"{_GRANTABLE}\b",
             r"\b(?:reveal|disclos|leak|share|print|show|dump|expos)\w*\s+(?:\w+\s+){0,2}?"
             r"(?:other (?:users|customers|people|clients)'?|another (?:user|customer)'s|internal|confidential"
             r"|secret)",
@@ -784,7 +856,9 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|olvid\w*|dimentic\w*|esquec\w*|instruc\w*|istruz\w*|anweisung\w*|instructies|regels?|regeln|regles?|reglas?"
     r"|regole|norme|richtlijn\w*|richtlini\w*|verifi\w*|\w*prufung\w*|controle\w*|controll\w*"
     r"|kontroll\w*|ausweis\w*|limit\w*|zugriff\w*|acces\w*|accesso|toegang|salt[ae]\w*|uberspring\w*|omit\w*"
-    r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip)\b"
+    r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip|patron|jefe|baas|capo"
+    r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat)\s+(?:service|servicio|servizio|dienst\w*"
+    r"|systeme|sistema|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente))\b"
 )
 
 
