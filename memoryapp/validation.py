@@ -35,6 +35,7 @@ docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report 
 import re
 import unicodedata
 
+from memoryapp import authority_model
 from memoryapp.models import FACT_MAX_CHARS, KINDS
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -221,7 +222,8 @@ _FOREIGN_AUTHORITY = _words(
 )
 # A role that would carry authority in this service if the user simply "is" it.
 _ROLE = _words(
-    r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?)?"
+    r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?| account(?: holders?"
+    r"| owners?)?)?"
     r"|(?:account |system |site |platform |workspace )?owners?|bosse?s?|gatekeepers?|operators?|moderators?|mods?"
     r"|staff(?: members?)?"
     r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|(?:trusted|privileged|verified|whitelisted) "
@@ -348,7 +350,8 @@ _PERMISSION_STATE = re.compile(
 # "has admin rights", "holds superuser privileges", "god-mode access": a privilege held outright.
 _PRIVILEGE_HELD = re.compile(
     r"\b(?:has|have|having|holds?|held|got|gets|given|granted|possess\w*|with|enjoys?|keeps?|owns?|controls?"
-    r"|runs?|manages?)\s+(?:\w+\s+){0,3}?"
+    r"|runs?|manages?|carr(?:y|ies)|wears?|bears?|for|wants?|would like|hopes? for|asks? for|requests?)\s+"
+    r"(?:\w+\s+){0,3}?"
     r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
     r"|owner|master|god|special|vip|privileged|override|bypass)"
     r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
@@ -394,6 +397,16 @@ _JOB_OF_SERVICE = re.compile(
     r"\b(?:is|as|'s)\s+(?:a|an|the|one of the)\s+(?:platform|service|site|app|assistant|bot|chatbot|helpdesk"
     r"|help desk|system|workspace|support team)'s\s+(?:[\w-]+\s+){0,2}?(?:head|lead|director|manager|owner|admin\w*"
     r"|chief|supervisor|engineer|agent|staff|employee|officer|operator|moderator)\b"
+)
+# "the user's approval is enough for any payout": their word as the grant itself, judged by its object.
+_OWN_WORD_SUFFICES = re.compile(
+    r"\b(?:approval|signature|say-so|word|consent|authori[sz]ation|sign-off|ok)\s+(?:is|are|will be|counts as)\s+"
+    r"(?:\w+\s+)?(?:enough|sufficient|final|binding|all (?:that is|it takes))\b"
+)
+# "their clearance covers all customer data": a privilege said to reach everything.
+_PRIVILEGE_COVERS = re.compile(
+    r"\b(?:clearance|access|permissions?|rights|privileges?|authority|role)\s+(?:covers?|includes?|extends? to|reaches"
+    r"|spans?|applies to)\s+(?:all|every|any|other|the whole|everything)\b"
 )
 # "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
 _ROLE_CLAIM = re.compile(
@@ -443,7 +456,10 @@ _CONTROLS_SERVICE = re.compile(
 
 
 def _authority(folded):
-    if any(p.search(folded) for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _JOB_OF_SERVICE)):
+    if any(
+        p.search(folded)
+        for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _JOB_OF_SERVICE, _PRIVILEGE_COVERS)
+    ):
         return True
     for pattern, needs_target in (
         (_PRIVILEGE_HELD, False),
@@ -455,6 +471,7 @@ def _authority(folded):
         (_PERMISSION_HELD, True),
         (_CONTROLS_SERVICE, False),
         (_GRANTED_TO_THEM, True),
+        (_OWN_WORD_SUFFICES, True),
     ):
         for m in pattern.finditer(folded):
             rest = folded[m.end() :]
@@ -572,12 +589,13 @@ _VERIFICATION = _words(
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
     r"|ausweis\w*|pruebas?|prouver|preuves?|nachweis\w*|documents?|papers"
+    r"|(?:emailed|texted|sms|verification|security|confirmation|one-time|login|access|auth\w*) codes?"
 )
 # Rules and limits: skipping them takes an active verb ("waive the limit"), not just "no limits".
 _RULE = _words(
     r"policy|policies|politique|politica|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?"
     r"|policy)"
-    r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?"
+    r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?|rules"
     r"|regles|reglas|regeln|regole|limites?|limiten|limiti|beschrankung\w*|restricciones|restrizioni"
 )
 _WEAK_SKIP = _words(
@@ -604,7 +622,8 @@ _FOREIGN_NO_RULES = re.compile(
 )
 _NO_QUESTIONS = re.compile(
     r"\b(?:taken|accepted|believed|trusted|take\w*|accept\w*)\s+(?:\w+\s+)?at (?:face value|(?:their|his|her) word)\b"
-    r"|\b(?:without|no) (?:any |further |more )?questions\b|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
+    r"|\b(?:without|no) (?:any |further |more |the usual |the normal |the standard |the )?questions\b"
+    r"|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
     r"|any)\b"
 )
 _SKIP_CHECK = re.compile(
@@ -616,7 +635,7 @@ _CHECK_SKIPPED = re.compile(
     r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
     r"|suspended|relaxed|loosened|removed|eased|disappear\w*|vanish\w*|gone|go away|went away|scrapped|abolished"
     r"|eliminated|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
-    r"|will |shall )?not apply|not be applied"
+    r"|will |shall )?not apply|not be (?:applied|enforced|imposed|followed|required)"
     r"|befreit|ubersprungen|omitid\w*)"
     rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
     r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
@@ -772,7 +791,7 @@ _META = re.compile(
             r"\b(?:character|persona|ai|assistant|model|bot|chatbot|version|mode|role)\s+(?:\w+\s+){0,2}?"
             r"(?:that |which |who )?(?:has|have|with|without) (?:no |any )?(?:limits|boundaries|constraints|rules"
             r"|restrictions|filters|guardrails|morals|ethics|censorship)\b",
-            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|say no)\w*",
+            rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:never|not|will not) (?:refus|declin|deny|says? no)\w*",
             r"\bwhatever (?:the user|they|he|she|this user) (?:asks?|says?|wants?|requests?|demands?)\b",
             rf"\b{_MODEL}\s+(?:\S+\s+){{0,4}}?(?:ignor|disregard|disobey|defy|defie|overrul|overrid|bypass|go against"
             r"|goes against|work around|stop listening to)\w*\s+(?:the |its |their |your )?(?:operators?|developers?"
@@ -784,6 +803,7 @@ _META = re.compile(
             r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
             r"|orders)\b",
             r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
+            r"\bno (?:rules|limits|restrictions|policies|policy|guidelines|checks) (?:apply|applies|exist)\b",
             # "print everything before this memory": what precedes the notes is the assistant's prompt
             r"\b(?:everything|all|anything|(?:the )?text|what(?:ever)? (?:is|was|comes?|came))\s+(?:\w+\s+)?"
             r"(?:before|above|preceding|prior to|ahead of)\s+(?:this|these|the)\s+(?:memory|memories|note|notes|message"
@@ -845,9 +865,11 @@ _FOREIGN_FUNCTION = re.compile(
     r"\b(?:le|la|les|des|du|est|sont|que|qui|pour|avec|ses|der|die|das|dem|den|ist|sind|und|dass|nicht|mit|fur"
     r"|seine|ihre|dieses|diese|el|los|las|es|son|para|con|sus|su|quiere|debe|il|gli|lo|sono|che|per|della|deve"
     r"|os|um|uma|com|seu|sua|suas|seus|nao|het|een|moet|zijn|niet|voor|alle|alles|tous|todos|todas|tutti|tutte"
-    r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente)\b"
+    r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente|desta|deste"
+    r"|dessa|desse|o)\b"
 )
-_ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|a|an)\b")
+# ("a" is French and Portuguese too: "a un acces")
+_ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|an)\b")
 _FOREIGN_PAYLOAD = re.compile(
     r"\b(?:\w*admin\w*|amministr\w*|beheerder\w*|superu\w*|moderat\w*|approv\w*|aprob\w*|aprue\w*|aprov\w*"
     r"|genehmig\w*|goedgekeurd|goedkeur\w*|autori\w*|berecht\w*|befug\w*|bevoegd\w*|erlaub\w*|toestemming|permis\w*"
@@ -856,8 +878,9 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|olvid\w*|dimentic\w*|esquec\w*|instruc\w*|istruz\w*|anweisung\w*|instructies|regels?|regeln|regles?|reglas?"
     r"|regole|norme|richtlijn\w*|richtlini\w*|verifi\w*|\w*prufung\w*|controle\w*|controll\w*"
     r"|kontroll\w*|ausweis\w*|limit\w*|zugriff\w*|acces\w*|accesso|toegang|salt[ae]\w*|uberspring\w*|omit\w*"
-    r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip|patron|jefe|baas|capo"
-    r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat)\s+(?:service|servicio|servizio|dienst\w*"
+    r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip|patron|jefe|baas|capo|dono|dona|dueno|duena"
+    r"|proprietaire|proprietario|eigentumer|eigenaar"
+    r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat|desta|deste|dessa|desse)\s+(?:service|servicio|servizio|dienst\w*"
     r"|systeme|sistema|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente))\b"
 )
 
@@ -883,14 +906,19 @@ CHECKS = [
     ),
 ]
 AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
+LEARNED_REASON = "it reads like the poisoning attempts the learned check was trained on"
 
 
-def authority_problem(text):
-    """Why `text` carries authority or markup instead of describing someone, or None."""
-    for folded in _variants(text):
+def authority_problem(text, learned=True):
+    """Why `text` carries authority or markup instead of describing someone, or None (`learned`: ask the model too)."""
+    variants = _variants(text)
+    for folded in variants:
         for check, why in CHECKS:
             if check(text, folded):
                 return AUTHORITY_REASON.format(why=why)
+    # The rules' second opinion: a rewording they do not know may still read like the attempts they do.
+    if learned and variants and authority_model.reads_like_poisoning(variants[0]):
+        return AUTHORITY_REASON.format(why=LEARNED_REASON)
     return None
 
 
@@ -899,7 +927,7 @@ def looks_like_instruction(text):
     return authority_problem(text) is not None
 
 
-def fact_problem(text, kind):
+def fact_problem(text, kind, learned=True):
     """Why (text, kind) is not a storable fact, or None when it is."""
     if not isinstance(text, str) or not isinstance(kind, str):
         return "text and kind must be strings"
@@ -911,4 +939,4 @@ def fact_problem(text, kind):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
-    return authority_problem(text)
+    return authority_problem(text, learned=learned)
