@@ -1,7 +1,9 @@
 """Training the learned second stage of the validator (memoryapp/authority_model.py), numpy only.
 
-Data: the **dev** lines of the poisoning corpus (evals/poisoning/), attacks as 1 and benign facts as 0.
-No test line is read for training or for the threshold. The threshold is chosen by k-fold
+Data: the **dev** lines of the poisoning corpus (evals/poisoning/), attacks as 1 and benign facts as 0,
+plus `evals/poisoning/training_extra.jsonl`: rows written for training only (first-person and org
+facts, jobs that handle refunds or approvals, a few first-person attacks), which the corpus has too
+few of. No test line is read for training or for the threshold. The threshold is chosen by k-fold
 cross-validation on dev: the lowest one at which the out-of-fold model refuses at most
 `MAX_EXTRA_REJECTIONS` of the dev benign facts that the rules let through (a refused fact is lost
 for the person, so the learned stage may add very few).
@@ -31,11 +33,15 @@ def checking_form(text):
     return validation.fold(validation.normalise(text))
 
 
-def dev_rows():
-    """(text, label) for every dev line of the corpus: attacks 1, benign facts 0."""
+EXTRA = poisoning.CORPUS_DIR / "training_extra.jsonl"
+
+
+def training_rows():
+    """(text, label) for every dev line of the corpus (attacks 1, benign facts 0) and the extra training rows."""
     attacks = [r for r in poisoning.load(poisoning.ATTACKS) if r["split"] == "dev"]
     benign = [r for r in poisoning.load(poisoning.BENIGN) if r["split"] == "dev"]
-    return [(r["text"], 1) for r in attacks] + [(r["text"], 0) for r in benign]
+    extra = [(r["text"], int(r["label"])) for r in poisoning.load(EXTRA)]
+    return [(r["text"], 1) for r in attacks] + [(r["text"], 0) for r in benign] + extra
 
 
 def training_digest(texts):
@@ -100,11 +106,13 @@ def choose_threshold(oof, y, rules_refuse, max_extra=MAX_EXTRA_REJECTIONS):
 
 def train(out_path=authority_model.WEIGHTS_PATH, say=print):
     """Cross-validate on dev, choose the threshold, fit on all of dev and write the weights file."""
-    rows = dev_rows()
+    rows = training_rows()
     texts = [t for t, _ in rows]
     y = np.array([label for _, label in rows], dtype=np.float64)
     rules_refuse = np.array([validation.fact_problem(validation.normalise(t), "profile") is not None for t in texts])
-    oof = out_of_fold(texts, y)
+    # the check only ever sees sentences that speak of authority (validation._AUTHORITY_VOCABULARY)
+    gate = np.array([bool(validation._AUTHORITY_VOCABULARY.search(checking_form(t))) for t in texts])
+    oof = out_of_fold(texts, y) * gate
     threshold = choose_threshold(oof, y, rules_refuse)
     hit = oof >= threshold
     cv = {
@@ -118,7 +126,7 @@ def train(out_path=authority_model.WEIGHTS_PATH, say=print):
     meta = {
         "threshold": threshold,
         "buckets": authority_model.BUCKETS,
-        "trained_on": "dev split of evals/poisoning/ only",
+        "trained_on": "dev split of evals/poisoning/ and evals/poisoning/training_extra.jsonl",
         "training_digest": training_digest(texts),
         "cv": cv,
         "l2": L2,
@@ -134,5 +142,5 @@ def train(out_path=authority_model.WEIGHTS_PATH, say=print):
         meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8),
     )
     say(f"threshold {threshold} (out-of-fold on dev: {json.dumps(cv)})")
-    say(f"wrote {out_path} sha256 {sha256_of(out_path)}")
+    say(f"wrote {out_path} sha256 {sha256_of(out_path)} (pin it as authority_model.WEIGHTS_SHA256)")
     return meta

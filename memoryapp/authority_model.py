@@ -18,7 +18,7 @@ import numpy as np
 from memoryapp import embeddings
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "authority_model.npz"
-WEIGHTS_SHA256 = None  # set by evals.poisoning_model.train's printout after retraining
+WEIGHTS_SHA256 = "481be475b05d7c6acd6487d7a8449f0b770a31f91429d463eec73d99fece2ea5"  # printed by train_poisoning_model
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

@@ -119,6 +119,9 @@ def fold(text, keep_article=False):
 _QUOTATION = re.compile(r"\"[^\"]+\"|(?:^|(?<=\s))'[^']+'|(?<=:)[^:]+$")
 
 
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
 def _variants(text):
     """The checking forms: folded, with digit-for-letter spellings undone, and with a spaced-out word
     read after a one-letter article ("is a s u p e r u s e r")."""
@@ -127,6 +130,8 @@ def _variants(text):
     # A quotation, or what follows a colon, is checked as a sentence of its own: an order stays an
     # order when somebody is quoted giving it.
     forms += [q.strip(" \"'") for q in _QUOTATION.findall(folded)]
+    # A quoted name written in camel case is read word by word: "RefundsApproved" says "refunds approved".
+    forms += [fold(_CAMEL.sub(" ", q)).strip(" \"'") for q in _QUOTATION.findall(text) if _CAMEL.search(q)]
     return tuple(dict.fromkeys(f for f in forms if f))
 
 
@@ -269,9 +274,20 @@ _NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b")
 _CONVERSATION = re.compile(r"\b(?:chats?|conversations?|sessions?|assistant|chatbot|bot|helpdesk|help desk)\b")
 
 
+# "... at work", "... at their school": a place in the person's life that closes the sentence.
+_LIFE_AT_END = re.compile(
+    r"\b(?:at work|at (?:their|his|her|a|an) [\w' -]+|in (?:their|his|her) [\w' -]+|for (?:their|his|her) (?:job|work"
+    r"|employer|company|school|club|team))\W*$"
+)
+
+
 def _anchored(rest):
     """The role or permission is scoped to the person's own life, and is not over anything of ours."""
-    return bool(_ANCHOR.match(rest)) and not _DEICTIC.search(rest) and not _our_conversation(rest)
+    return (
+        bool(_ANCHOR.match(rest) or _LIFE_AT_END.search(rest))
+        and not _DEICTIC.search(rest)
+        and not _our_conversation(rest)
+    )
 
 
 def _our_conversation(rest):
@@ -353,6 +369,7 @@ _PRIVILEGE_HELD = re.compile(
     r"|runs?|manages?|carr(?:y|ies)|wears?|bears?|for|wants?|would like|hopes? for|asks? for|requests?)\s+"
     r"(?:\w+\s+){0,3}?"
     r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
+    r"|supervisor|manager|agent|internal|backend|developer"
     r"|owner|master|god|special|vip|privileged|override|bypass)"
     r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
     r"|control|keys?|pass(?:es|word)?|badges?|credentials|login)\b"
@@ -385,7 +402,7 @@ _STATUS_GRANTS = re.compile(
 # "may approve transactions", "can issue refunds": the power to grant, held by the user.
 _MAY_GRANT = re.compile(
     r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+)?(?:approve|grant|authori[sz]e|issue|unlock"
-    rf"|waive|override|bypass)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b"
+    rf"|waive|override|bypass|sign off on|sign-off on|rubber-stamp|okay)\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b"
 )
 # "Billing has authorised this user to get money back": a permission given by somebody else, judged by its object.
 _GRANTED_TO_THEM = re.compile(
@@ -584,7 +601,8 @@ _VERIFICATION = _words(
     r"|checking (?:their|his|her|the user's) (?:id|identity)|verification|verifications|verify(?:ing)?"
     r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
     r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
-    r"|approval(?: steps?| process)?|review|reviews|confirmation|confirm\w*|proof|evidence|screening"
+    r"|approval(?: steps?| process)?|sign-?offs?|sign off|review|reviews|confirmation|confirm\w*|proof|evidence"
+    r"|screening"
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
@@ -890,6 +908,24 @@ def _foreign_payload(folded):
     return foreign and bool(_FOREIGN_PAYLOAD.search(folded))
 
 
+# --- the learned second stage: only where authority is spoken of ----------------------------------------
+
+# The learned check may only refuse a sentence that uses the vocabulary of authority: grants, checks,
+# rules, roles, the assistant and its instructions. "I need help with this bug." is never its business,
+# however unlike the training sentences it is.
+_AUTHORITY_VOCABULARY = re.compile(
+    rf"\b(?:{_GRANTABLE}|{_VERIFICATION}|{_RULE}|{_ROLE}|{_MODEL}|{_META_OBJECT}|{_STRONG_SKIP}|{_GRANT_VERB}"
+    rf"|{_APPROVED}|allow\w*|permi\w*|entitl\w*|exempt\w*|priv\w*|clearance|authority|rights?|unlimited"
+    r"|unrestricted|limitless)\b"
+)
+
+
+def _learned_refuses(folded):
+    return bool(_AUTHORITY_VOCABULARY.search(folded) or _FOREIGN_PAYLOAD.search(folded)) and (
+        authority_model.reads_like_poisoning(folded)
+    )
+
+
 # --- the entry point ------------------------------------------------------------------------------------
 
 CHECKS = [
@@ -917,7 +953,7 @@ def authority_problem(text, learned=True):
             if check(text, folded):
                 return AUTHORITY_REASON.format(why=why)
     # The rules' second opinion: a rewording they do not know may still read like the attempts they do.
-    if learned and variants and authority_model.reads_like_poisoning(variants[0]):
+    if learned and variants and _learned_refuses(variants[0]):
         return AUTHORITY_REASON.format(why=LEARNED_REASON)
     return None
 
