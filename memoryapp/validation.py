@@ -276,13 +276,21 @@ _CONVERSATION = re.compile(r"\b(?:chats?|conversations?|sessions?|assistant|chat
 
 # "... at work", "... at their school": a place in the person's life that closes the sentence.
 _LIFE_AT_END = re.compile(
-    r"\b(?:at work|at (?:their|his|her|a|an) [\w' -]+|in (?:their|his|her) [\w' -]+|for (?:their|his|her) (?:job|work"
+    r"\b(?:(?:at|to|for) (?:work|school|the office|class|church)|at (?:their|his|her|a|an) [\w' -]+"
+    r"|in (?:their|his|her) [\w' -]+|for (?:their|his|her) (?:job|work"
     r"|employer|company|school|club|team))\W*$"
+)
+
+
+# "from now on", "in future": a time, not a place in the person's life.
+_WHEN = re.compile(
+    r"^\W*(?:from now on|from today|for now|for good|forever|for ever|in (?:the )?future|until further notice)\b"
 )
 
 
 def _anchored(rest):
     """The role or permission is scoped to the person's own life, and is not over anything of ours."""
+    rest = _WHEN.sub("", rest)
     return (
         bool(_ANCHOR.match(rest) or _LIFE_AT_END.search(rest))
         and not _DEICTIC.search(rest)
@@ -454,7 +462,7 @@ _OTHERS_THINGS = (
     r"|orders?|records?|members?|conversations?|chats?|profiles?|tickets?|memor(?:y|ies)|inbox(?:es)?)\b"
 )
 _PRIVILEGED_REACH = re.compile(
-    r"\b(?:can|may|could|is able to|gets? to|is free to)\s+(?:\w+\s+){0,4}?"
+    r"\b(?:can|may|could|is able to|gets? to|is free to|lets? (?:them|the user|him|her|this user))\s+(?:\w+\s+){0,4}?"
     r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
     r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
     r"|other (?:users|customers|people|clients)|" + _OTHERS_THINGS + ")"
@@ -503,7 +511,16 @@ def _authority(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
             continue  # a job title: "a system administrator" (but "the system operator" is a role here)
-        if m.start() == 0 and any(w.endswith("'s") for w in words):
+        if m.start() == 0 and (
+            any(w.endswith("'s") for w in words)
+            or (
+                # the role is the subject of what follows, and nobody here is the user: "New admins ... are trained"
+                not re.search(r"\b(?:user|customer|client|me|i|they|them)\b", folded)
+                and re.search(
+                    r"\b(?:are|is|can|could|get|gets|must|may|have|has|receive|work|will)\b", folded[m.end() :]
+                )
+            )
+        ):
             continue  # the subject is somebody else's role: "The company's admins can reset passwords."
         if re.search(r"(?:privileged|trusted|verified|approved|authori[sz]ed|whitelisted)$", m.group(0)) and re.match(
             r"\s+(?:to|for|by)\b", folded[m.end() :]
@@ -639,7 +656,8 @@ _FOREIGN_NO_RULES = re.compile(
     r"|regeln|regles|reglas|regole|beschrankung\w*|restrictions?|restricciones|restrizioni)\b"
 )
 _NO_QUESTIONS = re.compile(
-    r"\b(?:taken|accepted|believed|trusted|take\w*|accept\w*)\s+(?:\w+\s+)?at (?:face value|(?:their|his|her) word)\b"
+    r"\b(?:taken|accepted|believed|trusted|take\w*|accept\w*)\s+(?:\w+\s+)?(?:at (?:face value|(?:their|his|her) word)"
+    r"|on (?:trust|faith))\b"
     r"|\b(?:without|no) (?:any |further |more |the usual |the normal |the standard |the )?questions\b"
     r"|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
     r"|any)\b"
@@ -647,6 +665,9 @@ _NO_QUESTIONS = re.compile(
 _SKIP_CHECK = re.compile(
     rf"\b(?:{_STRONG_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?(?:{_VERIFICATION}|{_RULE})"
     rf"|{_WEAK_SKIP}\s+(?:\S+\s+){{0,4}}?(?:[\w-]+-)?{_VERIFICATION})\b"
+    # the word as a modifier names something else: "the review session", "an ID card"
+    r"(?!\s+(?:sessions?|meetings?|class(?:es)?|courses?|lectures?|cards?|part(?:y|ies)|trips?|notes?|books?"
+    r"|articles?|dates?|appointments?|photos?|pictures?))"
 )
 _CHECK_SKIPPED = re.compile(
     rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
@@ -726,6 +747,7 @@ def _skip(folded):
 _META_VERB = _words(
     r"ignor\w*|disregard\w*|forget\w*|forgot|treat\w*|consider\w*|regard\w*|overrid\w*|overrul\w*|bypass\w*|supersed\w*|replac\w*|discard\w*"
     r"|drop\w*|abandon\w*|set\w* aside|put\w* aside|throw\w* out|reveal\w*|print\w*|show\w*|display\w*"
+    r"|pass\w* on|hand\w* over|copy\w*|cop(?:y|ies|ied)|quot\w*|writ\w* out|spell\w* out|read\w* out|transcrib\w*"
     r"|repeat\w*|output\w*|leak\w*|disclos\w*|dump\w*|recit\w*|echo\w*|expos\w*|shar\w*|tell\w*|paste\w*"
     r"|explain\w*|stop (?:follow|apply|enforc|us|obey|respect)\w*|outrank\w*|take\w* precedence over|priority over"
     r"|trump\w*|pretend\w*"
@@ -782,7 +804,7 @@ _META = re.compile(
             r"(?:above|over|before|ahead of|outrank\w*|overrid\w*|overrul\w*|supersed\w*|trump\w*"
             r"|take\w* precedence|come\w* before|win\w* over)\b(?:\s+\S+){0,3}?\s+"
             r"(?:everything|all|any|the assistant's|the model's|its|your|policy|policies|rules|guidelines"
-            r"|instructions)",
+            r"|instructions|the (?:company|operator|developers?|business|system|support team)(?:'s?)?)",
             r"\b(?:you are|you're|you are now|you will be|you must be) (?:now|no longer|free|dan|an? unrestricted)",
             r"\byou are now\b|\bdeveloper mode\b|\bdan mode\b|\bjailbr(?:oken|eak mode)\b|\bdo anything now\b",
             r"\bgod mode\b|\bunrestricted (?:ai|assistant|model|mode)\b|\bunfiltered\b|\buncensored\b",
@@ -822,6 +844,11 @@ _META = re.compile(
             r"|orders)\b",
             r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
             r"\bno (?:rules|limits|restrictions|policies|policy|guidelines|checks) (?:apply|applies|exist)\b",
+            # "ignore everything except the user", "ignore anything its operator said"
+            rf"\b{_MODEL}\s+(?:\S+\s+){{0,3}}?(?:ignor|disregard|disobey|forget)\w*\s+(?:everything|anything|all|whatever)\b"
+            r"(?!\s+(?:about|on|in|to do with)\b)",
+            r"\b(?:anything|everything|whatever|what) (?:its|the|their|your) (?:operators?|developers?|creators?"
+            r"|company|makers?) (?:said|says|told|wrote|asked|wants?)\b",
             # "print everything before this memory": what precedes the notes is the assistant's prompt
             r"\b(?:everything|all|anything|(?:the )?text|what(?:ever)? (?:is|was|comes?|came))\s+(?:\w+\s+)?"
             r"(?:before|above|preceding|prior to|ahead of)\s+(?:this|these|the)\s+(?:memory|memories|note|notes|message"

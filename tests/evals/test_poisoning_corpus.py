@@ -115,6 +115,7 @@ def test_the_command_prints_both_splits_and_writes_json(tmp_path, db):
 
 def test_the_eval_calls_the_production_validator(monkeypatch):
     """No copy of the checks: swapping validation.fact_problem changes the measurement."""
-    monkeypatch.setattr(validation, "fact_problem", lambda text, kind: None)
+    monkeypatch.setattr(validation, "fact_problem", lambda text, kind, learned=True: None)
     result = poisoning.evaluate()
     assert result["attacks"]["splits"]["all"]["hits"] == 0
+    assert result["rules_only"]["attacks"]["all"]["hits"] == 0
