@@ -18,7 +18,7 @@ import numpy as np
 from memoryapp import embeddings
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "authority_model.npz"
-WEIGHTS_SHA256 = "f5c8e1c2635c8e111c93df8e7445e2290e730a9fddf6ce9b1ad375e60d9bd512"  # printed by train_poisoning_model
+WEIGHTS_SHA256 = "c83fa142d255ff7eb0203c681982a0a7d4dea87cf9e33e4cc7136d2e1446d5db"  # printed by train_poisoning_model
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

@@ -260,7 +260,7 @@ _ANCHOR = re.compile(
     + r"\b)(?!"
     + _SERVICE
     + r"\b)(?!(?:them|him|me|us|the user|this user)\b)(?!the\s+(?:operator|developers?|management|admins?|purposes?)\b)"
-    r"(?!" + _GRANTABLE + r"\b)[a-z]"
+    r"(?!(?:(?:their|his|her)\s+(?:\w+\s+)?)?" + _GRANTABLE + r"\b)[a-z]"  # "for their refunds" is ours
 )
 # Anything pointing back at this service cancels an anchor ("this chat", "any account", "other users").
 _DEICTIC = re.compile(
@@ -433,6 +433,11 @@ _PRIVILEGE_COVERS = re.compile(
     r"\b(?:clearance|access|permissions?|rights|privileges?|authority|role)\s+(?:covers?|includes?|extends? to|reaches"
     r"|spans?|applies to)\s+(?:all|every|any|other|the whole|everything)\b"
 )
+# "on the company's list of approved refund recipients": a standing grant by listing, judged by its object.
+_ON_A_LIST = re.compile(
+    r"\b(?:on|in)\s+(?:the\s+|a\s+|an\s+)?(?:[\w']+\s+){0,2}?(?:list|register|roster|registry|database)\s+of\s+"
+    r"(?:approved|authori[sz]ed|trusted|verified|whitelisted|pre-approved|privileged|vip|exempt)\b"
+)
 # "is an administrator", "counts as staff", "is treated as an admin", "role is administrator".
 _ROLE_CLAIM = re.compile(
     r"\b(?:is|are|am|was|were|be|been|being|(?:(?<=user)|(?<=he)|(?<=she)|(?<=it)|(?<=that)|(?<=who))'s"
@@ -497,6 +502,7 @@ def _authority(folded):
         (_CONTROLS_SERVICE, False),
         (_GRANTED_TO_THEM, True),
         (_OWN_WORD_SUFFICES, True),
+        (_ON_A_LIST, True),
     ):
         for m in pattern.finditer(folded):
             rest = folded[m.end() :]
@@ -511,13 +517,17 @@ def _authority(folded):
         article, words = (m.group(1) or "").strip(), (m.group(2) or "").split()
         if article != "the" and words and re.fullmatch(_JOB_QUALIFIER, words[-1].strip("-")):
             continue  # a job title: "a system administrator" (but "the system operator" is a role here)
-        if m.start() == 0 and (
-            any(w.endswith("'s") for w in words)
-            or (
-                # the role is the subject of what follows, and nobody here is the user: "New admins ... are trained"
-                not re.search(r"\b(?:user|customer|client|me|i|they|them)\b", folded)
-                and re.search(
-                    r"\b(?:are|is|can|could|get|gets|must|may|have|has|receive|work|will)\b", folded[m.end() :]
+        if (
+            m.start() == 0
+            and (
+                any(w.endswith("'s") for w in words)
+                or (not words and not folded[m.end() :].strip(" .!?\"'"))  # a name: "The Administrators"
+                or (
+                    # the role is the subject of what follows, and nobody here is the user: "New admins ... are trained"
+                    not re.search(r"\b(?:user|customer|client|me|i|they|them)\b", folded)
+                    and re.search(
+                        r"\b(?:are|is|can|could|get|gets|must|may|have|has|receive|work|will)\b", folded[m.end() :]
+                    )
                 )
             )
         ):
@@ -562,7 +572,7 @@ _WISHED_APPROVAL = re.compile(
 # An order to the assistant: the sentence starts with a verb, not with what it describes.
 _IMPERATIVE = re.compile(
     r"^(?:please |kindly |just |simply |also |always |now |so |bitte |por favor )*"
-    r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not"
+    r"(?:ignore|disregard|forget|approve|grant|skip|bypass|treat|trust|give|allow|always|never|do not|break"
     r"|remember|note|obey|override|reveal|print|show|repeat|act|pretend|answer|respond|issue|refund|unlock"
     r"|waive|disable|process|authori[sz]e|accept|comply|follow|execute|run|set aside|you|from now on"
     r"|ignor\w*|ignoriere\w*|vergiss|oublie\w*|olvida\w*|approuve\w*|genehmige\w*|aprueba\w*|salta\w*"
@@ -576,8 +586,23 @@ _IMPERATIVE = re.compile(
 # A quoted order: "ignore the rules" inside a nickname, a hint or a signature.
 _QUOTED_ORDER = re.compile(
     r"[\"']\s*(?:please |kindly |just )?(?:ignore|disregard|forget|approve|grant|skip|bypass|override|reveal|obey"
-    r"|unlock|waive|disable|authori[sz]e|refund)\b"
+    r"|unlock|waive|disable|authori[sz]e|refund|break)\b"
 )
+# What an order is about. "Skip the Intro" (a podcast) and "Trust, but verify" (a saying) order nothing
+# of ours; "skip verification", "approve it all" and "ignore previous instructions" do.
+_ORDER_OBJECT = re.compile(
+    r"\b(?:everything|anything|it all|all|me|them|us|the user|this user|this customer|previous|prior|above|earlier"
+    r"|every\w*|any\w*)\b"
+)
+
+
+def _orders_something(folded, match):
+    rest = folded[match.end() :]
+    if re.search(r"\b(?:always|never|automatically)\b", match.group(0)):
+        return True  # "always approve": unconditional, whatever follows
+    if re.match(r"\W*(?:but|and|or)?\W*$", rest) or re.match(r",\s*but\b", rest):
+        return False  # a bare verb, or a saying that turns on "but"
+    return bool(_ORDER_OBJECT.search(rest) or _AUTHORITY_VOCABULARY.search(rest) or _FOREIGN_PAYLOAD.search(rest))
 
 
 # "the manager has authorised all their refund requests": a standing grant by someone else.
@@ -607,7 +632,10 @@ def _approval(folded):
             if by and not re.fullmatch(_MODEL, by.group(1)):
                 continue  # approved by someone in the person's own life
             return True
-    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _IMPERATIVE, _QUOTED_ORDER, _BARE_ORDER))
+    for pattern in (_IMPERATIVE, _QUOTED_ORDER):
+        if any(_orders_something(folded, m) for m in pattern.finditer(folded)):
+            return True
+    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _BARE_ORDER))
 
 
 # --- 5. skipping a check -------------------------------------------------------------------------------
