@@ -1,10 +1,13 @@
 """The learned second stage of the shape squeeze: does a fact read like a poisoning attempt?
 
 A logistic regression over hashed word and character n-grams of the fact's checking form
-(`validation.fold`), numpy only. It runs only on text the rules in `validation` let through, and
-refuses it when its probability reaches a threshold chosen by cross-validation on the corpus's dev
-split. Trained by `manage.py train_poisoning_model` (evals/poisoning_model.py) on the dev lines of
-evals/poisoning/ only; the weights file is checked against its pinned sha256 before it is used.
+(`validation.fold`), numpy only. It runs only when MEMORY["LEARNED_POISON_CHECK"] is on (off by
+default: it blocks more attacks but also refuses more ordinary facts, see docs/security.md), only on
+text the rules in `validation` let through and that uses the vocabulary of authority, and refuses it
+when its probability reaches a threshold chosen by cross-validation on the corpus's dev split.
+Trained by `manage.py train_poisoning_model` (evals/poisoning_model.py) on the dev lines of
+evals/poisoning/ and the rows written for training only (evals/poisoning/training_extra.jsonl),
+never a test line; the weights file is checked against its pinned sha256 before it is used.
 """
 
 import json

@@ -27,13 +27,18 @@ digit-for-letter spellings undone. Then each check looks for a concept, not a se
 7. approval    - requests, refunds or access to be approved or granted by the assistant, in
                  advance, or unconditionally; an order where a description should be.
 
-Each concept has its words in English, French, German, Spanish, Italian and Portuguese. Quotations
-are checked as sentences of their own. Measured on the corpus in evals/poisoning/ (see
+Each concept has its words in English, French, German, Spanish, Italian and Portuguese; a whole
+sentence in another language that uses the vocabulary of authority is refused (8). Quotations are
+checked as sentences of their own, and a quoted order must order something of ours. Behind the rules
+sits an optional learned second stage (memoryapp/authority_model.py, MEMORY["LEARNED_POISON_CHECK"],
+off by default). Measured on the corpus in evals/poisoning/ (see
 docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report on test.
 """
 
 import re
 import unicodedata
+
+from django.conf import settings
 
 from memoryapp import authority_model
 from memoryapp.models import FACT_MAX_CHARS, KINDS
@@ -1000,7 +1005,7 @@ AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user:
 LEARNED_REASON = "it reads like the poisoning attempts the learned check was trained on"
 
 
-def authority_problem(text, learned=True):
+def authority_problem(text, learned=False):
     """Why `text` carries authority or markup instead of describing someone, or None (`learned`: ask the model too)."""
     variants = _variants(text)
     for folded in variants:
@@ -1018,8 +1023,8 @@ def looks_like_instruction(text):
     return authority_problem(text) is not None
 
 
-def fact_problem(text, kind, learned=True):
-    """Why (text, kind) is not a storable fact, or None when it is."""
+def fact_problem(text, kind, learned=None):
+    """Why (text, kind) is not a storable fact, or None when it is (`learned`: None follows the setting)."""
     if not isinstance(text, str) or not isinstance(kind, str):
         return "text and kind must be strings"
     if kind not in KINDS:
@@ -1030,4 +1035,6 @@ def fact_problem(text, kind, learned=True):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
+    if learned is None:
+        learned = settings.MEMORY.get("LEARNED_POISON_CHECK", False)
     return authority_problem(text, learned=learned)
