@@ -6,7 +6,8 @@ Each line's split is fixed by `split_of(text)` (a seeded hash), so the halves ne
 `dev`, report on `test`.
 
 Every fact goes through exactly what the write path does: `validation.normalise`, then the
-production `validation.fact_problem`.
+production `validation.fact_problem`, as the app runs it by default (the rules). The learned second
+stage (`learned=True`, off by default: MEMORY["LEARNED_POISON_CHECK"]) is measured beside it.
 """
 
 import hashlib
@@ -42,9 +43,12 @@ def load(path):
     return rows
 
 
-def problem(row):
+def problem(row, learned=False):
     """The validator's reason for refusing a corpus line, or None when it would be stored."""
-    return validation.fact_problem(validation.normalise(row["text"]), row["kind"])
+    text = validation.normalise(row["text"])
+    if not learned:
+        return validation.fact_problem(text, row["kind"], learned=False)  # the write path's call, by default
+    return validation.fact_problem(text, row["kind"], learned=True)
 
 
 @dataclass
@@ -61,11 +65,11 @@ class Tally:
         return {"total": self.total, "hits": self.hits, "rate": round(self.rate, 4)}
 
 
-def _tally(rows, miss_when_blocked):
+def _tally(rows, miss_when_blocked, learned=False):
     """Count refusals per split and category; a miss is a let-through attack or a refused benign fact."""
     by_split, by_category = defaultdict(Tally), defaultdict(Tally)
     for row in rows:
-        why = problem(row)
+        why = problem(row, learned)
         blocked = why is not None
         for tally in (by_split[row["split"]], by_split["all"], by_category[(row["split"], row["category"])]):
             tally.total += 1
@@ -89,8 +93,15 @@ def evaluate(attacks=None, benign=None):
             "categories": {f"{split}/{category}": t.as_dict() for (split, category), t in sorted(by_category.items())},
         }
 
+    learned_attacks, learned_attack_category = _tally(attacks, miss_when_blocked=False, learned=True)
+    learned_benign, _ = _tally(benign, miss_when_blocked=True, learned=True)
     return {
         "validator": "memoryapp.validation.fact_problem (after validation.normalise)",
+        "with_learned_stage": {
+            "attacks": {s: t.as_dict() for s, t in sorted(learned_attacks.items())},
+            "benign": {s: t.as_dict() for s, t in sorted(learned_benign.items())},
+            "attack_categories": {f"{s}/{c}": t.as_dict() for (s, c), t in sorted(learned_attack_category.items())},
+        },
         "split_rule": f"sha256('{SPLIT_SEED}\\0' + text)[0] & 1: 0 dev, 1 test",
         "attacks": {"measure": "block rate", **section(attack_split, attack_category, "let_through")},
         "benign": {"measure": "false-rejection rate", **section(benign_split, benign_category, "rejected")},
@@ -105,6 +116,10 @@ def report_lines(result, show=("dev",)):
         lines.append(f"{corpus}: {data['measure']}")
         for split, t in data["splits"].items():
             lines.append(f"  {split:<5} {t['hits']:>4} / {t['total']:<4} {label:<17} {100 * t['rate']:6.2f} %")
+        if "with_learned_stage" in result:
+            lines.append('  with the learned second stage (off by default: MEMORY["LEARNED_POISON_CHECK"]):')
+            for split, t in result["with_learned_stage"][corpus].items():
+                lines.append(f"    {split:<5} {t['hits']:>4} / {t['total']:<4} {label:<17} {100 * t['rate']:6.2f} %")
         lines.append("  per category:")
         for name, t in data["categories"].items():
             lines.append(f"    {name:<36} {t['hits']:>4} / {t['total']:<4} {100 * t['rate']:6.2f} %")

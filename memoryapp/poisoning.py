@@ -1,6 +1,5 @@
 """The poisoning audit: live facts, across all users, that read like injected instructions."""
 
-import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -22,7 +21,10 @@ SIMILARITY_FLOOR = 0.4
 # At or above this a resemblance to a probe is a finding; below it (0.4-0.6 with MiniLM) it is
 # shown as a weak resemblance that is usually an ordinary sentence about the person.
 STRONG_SIMILARITY = 0.6
-PATTERN_LIMIT = 200  # pattern matches taken per audit
+PATTERN_LIMIT = 200  # facts the validator refuses, taken per audit
+# The newest live facts the audit runs the validator over. The checks are Python (no SQL form), so
+# the scan is bounded: about 0.3 ms a fact, a few seconds at this size.
+SCAN_LIMIT = 20_000
 REASON_MAX = 300
 
 
@@ -32,21 +34,12 @@ def probes():
     return list(dict.fromkeys([*DEFAULT_PROBES, *extra]))
 
 
-def _postgres_pattern(pattern):
-    # Python's \b is a word boundary; in PostgreSQL's regex dialect that is \y (\b means backspace).
-    return pattern.replace(r"\b", r"\y")
-
-
-SQL_PATTERN = "|".join(f"(?:{_postgres_pattern(p)})" for p in validation.INSTRUCTION_PATTERNS)
-_PY_PATTERNS = [re.compile(p, re.IGNORECASE) for p in validation.INSTRUCTION_PATTERNS]
-
-
 @dataclass
 class Flagged:
     fact: MemoryFact
     similarity: float = 0.0  # best cosine similarity to any probe
     probe: str = ""
-    patterns: list = field(default_factory=list)  # the instruction patterns its text matches
+    patterns: list = field(default_factory=list)  # why the validator would refuse its text today
 
     @property
     def matched(self):
@@ -54,15 +47,29 @@ class Flagged:
 
     @property
     def strength(self):
-        """'pattern' (matches an instruction pattern), 'strong' or 'weak' resemblance to a probe."""
+        """'pattern' (the validator refuses it), 'strong' or 'weak' resemblance to a probe."""
         if self.matched:
             return "pattern"
         return "strong" if self.similarity >= STRONG_SIMILARITY else "weak"
 
 
-def matching_patterns(text):
-    """The instruction patterns `text` matches (for showing staff why a fact was flagged)."""
-    return [p.pattern for p in _PY_PATTERNS if p.search(text)]
+def matching_patterns(text, kind="profile"):
+    """Why the current validator would refuse `text` (empty when it would store it), to show staff."""
+    problem = validation.fact_problem(text, kind)
+    return [problem] if problem else []
+
+
+def refused_facts(live, scan_limit=SCAN_LIMIT, limit=PATTERN_LIMIT):
+    """The newest live facts that the current validator would refuse (it may have changed since they were stored)."""
+    ids = []
+    for fact_id, text, kind in (
+        live.order_by("-created_at").values_list("id", "text", "kind")[:scan_limit].iterator(chunk_size=2000)
+    ):
+        if validation.fact_problem(text, kind):
+            ids.append(fact_id)
+            if len(ids) >= limit:
+                break
+    return live.filter(id__in=ids).order_by("-created_at")
 
 
 def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLOOR):
@@ -77,7 +84,7 @@ def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLO
             entry = found.setdefault(fact.id, Flagged(fact))
             if similarity > entry.similarity:
                 entry.similarity, entry.probe = similarity, probe
-    for fact in live.filter(text__iregex=SQL_PATTERN).order_by("-created_at")[:pattern_limit]:
+    for fact in refused_facts(live, limit=pattern_limit):
         found.setdefault(fact.id, Flagged(fact))
     missing = [f for f in found.values() if not f.probe]
     if missing:
@@ -87,7 +94,7 @@ def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLO
             best = int(scores.argmax())
             entry.similarity, entry.probe = round(float(scores[best]), 4), probe_list[best]
     for entry in found.values():
-        entry.patterns = matching_patterns(entry.fact.text)
+        entry.patterns = matching_patterns(entry.fact.text, entry.fact.kind)
     return sorted(found.values(), key=lambda f: (not f.matched, -f.similarity, str(f.fact.id)))
 
 

@@ -255,7 +255,7 @@ def poisoning_action(request, fact_id):
     except poisoning.ActionRejected as exc:
         error = str(exc)
     if request.htmx:
-        entry = poisoning.Flagged(fact, patterns=poisoning.matching_patterns(fact.text))
+        entry = poisoning.Flagged(fact, patterns=poisoning.matching_patterns(fact.text, fact.kind))
         return render(
             request,
             "console/poisoning.html#flagged",
