@@ -54,6 +54,12 @@ VARIANTS = {
         "TIER1_LIMIT": 12,
         "TIER2_LIMIT": 20,
     },
+    "constraints + 2 recent profile": {
+        "TIER1_KINDS": {"constraint": 12, "profile": 2},
+        "TIER1_ORDER": "recent",
+        "TIER1_LIMIT": 12,
+        "TIER2_LIMIT": 20,
+    },
     "constraints + 4 profile": {
         "TIER1_KINDS": {"constraint": 12, "profile": 4},
         "TIER1_ORDER": "confirmations",
@@ -72,6 +78,13 @@ VARIANTS = {
         "TIER1_LIMIT": 12,
         "TIER2_LIMIT": 20,
         "RECALL_LEXICAL": False,
+    },
+    "constraints + 2 profile / no floor": {
+        "TIER1_KINDS": {"constraint": 12, "profile": 2},
+        "TIER1_ORDER": "confirmations",
+        "TIER1_LIMIT": 12,
+        "TIER2_LIMIT": 20,
+        "RECALL_FLOOR": NO_FLOOR,
     },
     "constraints + 4 profile / no floor": {
         "TIER1_KINDS": {"constraint": 12, "profile": 4},

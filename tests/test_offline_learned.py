@@ -64,10 +64,49 @@ def test_every_extracted_fact_passes_the_shape_squeeze():
         ("The user has a dog named Biscuit.", "The user's dog is called Biscuit.", "DUPLICATE"),
         ("The user loves hiking in the mountains.", "The user enjoys hiking in the mountains.", "DUPLICATE"),
         ("The user is a backend engineer.", "The user has two cats.", "INDEPENDENT"),
+        # Different names: never the same fact; the same one-value relation: a contradiction.
+        ("The user lives in Lisbon.", "The user lives in Madrid.", "CONTRADICTS"),
+        ("The user works at Google.", "The user works at Amazon.", "CONTRADICTS"),
+        ("The user's team uses Postgres for storage.", "The user's team also uses Redis for caching.", "INDEPENDENT"),
+        # "Still" restates what was said before.
+        (
+            "The user is training for a marathon in the spring.",
+            "The user is still training for that spring marathon.",
+            "DUPLICATE",
+        ),
     ],
 )
 def test_learned_verdicts_on_clear_pairs(old, new, verdict):
     assert offline.classify(old, new) == verdict
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("Still training for that spring marathon.", "The user is still training for that spring marathon."),
+        ("Love hiking, by the way.", "The user loves hiking."),
+    ],
+)
+def test_a_clause_without_its_subject_is_about_the_speaker(said, fact):
+    assert [t for t, _ in _facts(said)] == [fact]
+
+
+@pytest.mark.parametrize("said", ["Something else.", "Being a nurse is hard.", "Sounds good!"])
+def test_a_subjectless_clause_that_is_not_the_speakers_yields_nothing(said):
+    assert offline.extract_facts(said) == []
+
+
+def test_moving_to_a_place_is_where_the_user_lives_now():
+    assert [t for t, _ in _facts("I moved to Madrid last month.")] == ["The user lives in Madrid."]
+    assert all("lives in" not in t for t, _ in _facts("I moved to a new team."))
+
+
+def test_our_stack_is_a_fact_about_the_organisation():
+    facts = offline.extract_facts("Our stack is Go. I like table-driven tests.")
+    assert [(f["text"], f["scope"]) for f in facts] == [
+        ("The stack is Go.", "org"),
+        ("The user likes table-driven tests.", "personal"),
+    ]
 
 
 def test_the_rewriter_speaks_of_the_user():

@@ -153,25 +153,11 @@ def test_independent_facts_both_stay_live(org, scripted):
         ("The user's team uses Postgres.", "The user's team uses Redis.", "INDEPENDENT"),
         (POSTGRES, PLANETSCALE, "CONTRADICTS"),
         ("The user prefers tabs.", "The user prefers tabs.", "DUPLICATE"),
-        pytest.param(
-            "The user lives in Lisbon.",
-            "The user lives in Berlin.",
-            "CONTRADICTS",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user lives in Lisbon.", "The user lives in Berlin.", "CONTRADICTS"),
         ("The user's team uses Postgres.", "The user's team now uses PlanetScale.", "CONTRADICTS"),
         ("The user likes Rust.", "The user does not like Rust.", "CONTRADICTS"),
         ("The user is a backend engineer.", "The user has two cats.", "INDEPENDENT"),
-        pytest.param(
-            "The user is a parent.",
-            "The user is a backend engineer.",
-            "INDEPENDENT",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user is a parent.", "The user is a backend engineer.", "INDEPENDENT"),
         pytest.param(
             "The user's editor is Vim.",
             "The user's editor is Neovim.",

@@ -21,7 +21,7 @@ import numpy as np
 from memoryapp import embeddings
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
-WEIGHTS_SHA256 = "0e1876c59b43c1011d19abb1b3b20bf67eb5254edc2d5b30d2b456e429b15990"
+WEIGHTS_SHA256 = "e5cd28671183abed2dc2eca620ee2562bffc440c43240b868b3e246d35a06a34"
 KINDS = ("preference", "constraint", "profile", "goal")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 

@@ -40,9 +40,10 @@ _TRAILING_TIME = re.compile(
     r"|\s+(recently|yesterday|lately|a while ago)$",
     re.IGNORECASE,
 )
+# What the organisation has or does ("our team deploys on Fridays", "our stack is Go"): an org fact.
 _ORG = re.compile(
-    r"^(our|the) (team|company|org|organisation|organization) (always |usually )?"
-    r"(deploys?|ships?|releases?|uses?|runs?|works?|has|is)\b",
+    r"^(?:(?:our|the) (?:team|company|org|organisation|organization)|our (?:stack|tech stack|codebase|infrastructure|"
+    r"infra|platform|product)) (always |usually )?(deploys?|ships?|releases?|uses?|runs?|works?|has|is|are)\b",
     re.IGNORECASE,
 )
 _CONSTRAINT_CUE = re.compile(
@@ -104,9 +105,20 @@ def _singular(stated):
     return stated
 
 
+# "I moved to Madrid last month": where the user lives now, the fact a later "I live in X" updates.
+_MOVED = re.compile(
+    r"^i (?:have |'ve |just |recently |finally )?moved to (?P<place>[A-Z][\w'-]*(?: [A-Z][\w'-]*)*)"
+    r"(?P<rest>(?:,? (?:last|this|a few|two|three) (?:week|month|year|weeks|months|years)(?: ago)?"
+    r"|,? (?:recently|lately|a while ago))?)$"
+)
+
+
 def _phrase(stated):
     """A first-person clause as a third-person fact (a few wordings get a clearer form)."""
     stated = _RATHER.sub(lambda m: f"{m[1]} prefer to", stated)
+    moved = _MOVED.match(re.sub(r"^I\b", "i", stated))
+    if moved:
+        return _finish(f"The user lives in {moved['place']}")
     switched = _SWITCHED.match(stated)
     if switched:
         who = "The user's team" if switched[1].lower() == "we" else "The user"
@@ -161,6 +173,25 @@ def extract_facts(text):
 # --- verdicts ---------------------------------------------------------------------
 
 
+_NAME = re.compile(r"(?<!^)(?<![.!?] )\b([A-Z][\w+#.-]*|\w*\d[\w.]*)")
+_NOT_NAMES = {"The", "User", "I", "I'm", "I've", "I'd"}
+_DUPLICATE = learned.VERDICTS.index("DUPLICATE")
+# Where a person lives is one place at a time, though Dialogue NLI's `live_in_general` is not
+# among the single-valued relations its pairs are derived with.
+_ONE_AT_A_TIME = {"live_in_general", "live_in_citystatecountry"}
+
+
+def names(text):
+    """The names and numbers a fact mentions ("Lisbon", "VS", "Code", "3.12"), not its first word."""
+    return {m.rstrip(".").casefold() for m in _NAME.findall(text.strip()) if m not in _NOT_NAMES}
+
+
+def _names_differ(old, new):
+    """Each fact names something the other does not ("lives in Lisbon" / "lives in Madrid")."""
+    a, b = names(old), names(new)
+    return bool(a - b) and bool(b - a)
+
+
 def verdicts(new, olds):
     """The verdict for `new` against each stored fact in `olds`: the learned model, in one batch."""
     olds = list(olds)
@@ -170,7 +201,35 @@ def verdicts(new, olds):
     probs = learned.model().verdict_probabilities(
         vectors[:-1], vectors[-1:].repeat(len(olds), 0), olds, [new] * len(olds)
     )
-    return [learned.VERDICTS[i] for i in probs.argmax(axis=1)]
+    out = [learned.VERDICTS[i] for i in probs.argmax(axis=1)]
+    model = learned.model()
+    names_of = model.meta["relations"]
+    single = set(model.meta["single_valued"]) | _ONE_AT_A_TIME
+    relation = [names_of[j] for j in model.relations(vectors, [*olds, new]).argmax(axis=1)]
+    for i, old in enumerate(olds):
+        # A contradiction needs common ground: a word in common, or a one-value relation on either
+        # side. "Is a backend engineer" / "has two cats" (a pet: many at a time) never contradict.
+        if (
+            out[i] == "CONTRADICTS"
+            and relation[-1] not in single
+            and relation[i] not in single
+            and relation[i] != relation[-1]
+            and not (_content(old) & _content(new))
+        ):
+            out[i] = "INDEPENDENT"
+    differ = [i for i, old in enumerate(olds) if _names_differ(old, new)]
+    if differ:
+        for i in differ:
+            # Two facts that name different things are never the same fact: MiniLM puts "lives in
+            # Lisbon" and "lives in Madrid" close together, and DUPLICATE would drop the new value.
+            # When both state the same one-value relation (age, employer, spouse, home) they
+            # contradict; otherwise the model chooses between the two other answers.
+            if relation[i] == relation[-1] and relation[i] in single:
+                out[i] = "CONTRADICTS"
+            elif out[i] == "DUPLICATE":
+                probs[i, _DUPLICATE] = 0.0
+                out[i] = learned.VERDICTS[int(probs[i].argmax())]
+    return out
 
 
 _NEGATION = re.compile(r"\b(not|no|never|no longer|doesn't|isn't|don't|cannot|can't)\b", re.IGNORECASE)
@@ -178,6 +237,7 @@ _CHANGED = re.compile(
     r"\b(now|no longer|instead of|switched|migrated|moved (?:to|from)|changed|replaced|stopped|quit|gave up)\b",
     re.IGNORECASE,
 )
+_STILL = re.compile(r"\b(still|as always|again)\b", re.IGNORECASE)
 _CONTENT_STOP = set(
     "the a an of to in on at for and or is are was be user user's team team's their does do have has".split()
 )
@@ -207,6 +267,8 @@ def _rule(old, new):
     overlap = len(a & b) / min(len(a), len(b))
     if bool(_NEGATION.search(old)) != bool(_NEGATION.search(new)) and overlap >= 0.8:
         return "CONTRADICTS"  # "likes Rust" / "does not like Rust"
+    if _STILL.search(new) and not _STILL.search(old) and overlap >= 0.8 and not _names_differ(old, new):
+        return "DUPLICATE"  # "is training for a marathon" / "is still training for that marathon"
     value = b - a - {_stem(w) for w in _CHANGED.findall(new.casefold())} - {"now", "instead", "longer"}
     if _CHANGED.search(new) and not _CHANGED.search(old) and overlap >= 0.25 and value:
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")

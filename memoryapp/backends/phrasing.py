@@ -77,11 +77,28 @@ def clauses(sentence):
             yield part
 
 
+# Chat drops the subject: "Still training for the marathon.", "Love hiking." The subject is the speaker.
+_IMPLICIT_BE = re.compile(
+    r"^((?:still|currently|now|also|always|mostly|just) )?"
+    r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
+    r"(?!.*\b(?:is|was|are|were|sounds?|seems?|looks?)\b)",
+    re.I,
+)
+_IMPLICIT_VERB = re.compile(r"^((?:still|also|really|totally|absolutely) )?(love|like|hate|enjoy|prefer)\b", re.I)
+
+
 def from_subject(clause):
-    """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None."""
+    """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None.
+
+    A clause with no subject that reads as the speaker's ("Still training for it", "Love hiking")
+    gets "I" back.
+    """
     lead = _SUBJECT.search(clause)
     if lead is None or len(clause[: lead.start()].split()) > 4:
-        return None
+        implicit = "I'm" if _IMPLICIT_BE.match(clause) else "I" if _IMPLICIT_VERB.match(clause) else None
+        if implicit is None or lead is not None:
+            return None
+        return _HEDGES.sub("", f"{implicit} {clause[:1].lower()}{clause[1:]}").strip()
     return _HEDGES.sub("", clause[lead.start() :]).strip()
 
 

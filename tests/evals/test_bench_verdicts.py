@@ -119,14 +119,7 @@ def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
                 strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
             ),
         ),
-        pytest.param(
-            "The user lives in Berlin.",
-            "The user moved to Lisbon.",
-            "CONTRADICTS",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user lives in Berlin.", "The user moved to Lisbon.", "CONTRADICTS"),
         ("The user is vegetarian.", "The user is not vegetarian.", "CONTRADICTS"),
         ("The user is 34 years old.", "The user is 41 years old.", "CONTRADICTS"),
         ("The user works as a nurse.", "The user works as a pilot.", "CONTRADICTS"),
