@@ -17,7 +17,7 @@ import numpy as np
 
 from evals import poisoning
 from memoryapp import authority_model, validation
-from memoryapp.embeddings import sha256_of
+from memoryapp.pinned import sha256_of
 
 SEED = 15
 FOLDS = 5

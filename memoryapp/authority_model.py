@@ -10,15 +10,14 @@ evals/poisoning/ and the rows written for training only (evals/poisoning/trainin
 never a test line; the weights file is checked against its pinned sha256 before it is used.
 """
 
-import json
+import functools
 import re
-import threading
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-from memoryapp import embeddings
+from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "authority_model.npz"
 WEIGHTS_SHA256 = "c83fa142d255ff7eb0203c681982a0a7d4dea87cf9e33e4cc7136d2e1446d5db"  # printed by train_poisoning_model
@@ -27,10 +26,6 @@ _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
     r"|de gebruiker)\b"
 )
-
-
-class WeightsError(RuntimeError):
-    pass
 
 
 def _bucket(key):
@@ -62,18 +57,10 @@ class Model:
     """The weights, bias and threshold, loaded from one .npz after its sha256 is checked."""
 
     def __init__(self, path=WEIGHTS_PATH, sha256=WEIGHTS_SHA256):
-        path = Path(path)
-        if not path.exists():
-            raise WeightsError(f"{path} is missing; retrain with `python manage.py train_poisoning_model`")
-        digest = embeddings.sha256_of(path)
-        if sha256 is not None and digest != sha256:
-            raise WeightsError(f"{path} does not match its pinned sha256; refusing to load it")
-        with np.load(path, allow_pickle=False) as data:
-            self.weights = data["weights"].astype(np.float64)
-            self.bias = float(data["bias"])
-            self.meta = json.loads(bytes(data["meta"]).decode())
+        arrays, self.meta, self.sha256 = load_npz(path, sha256, retrain="train_poisoning_model")
+        self.weights = arrays["weights"].astype(np.float64)
+        self.bias = float(arrays["bias"])
         self.threshold = float(self.meta["threshold"])
-        self.sha256 = digest
 
     def probability(self, folded):
         """How much `folded` reads like the poisoning attempts the model was trained on (0..1)."""
@@ -82,18 +69,10 @@ class Model:
         return 1.0 / (1.0 + np.exp(-z))
 
 
-_model = None
-_lock = threading.Lock()
-
-
+@functools.cache
 def model():
     """The shipped model, loaded (and checked) once per process."""
-    global _model
-    if _model is None:
-        with _lock:
-            if _model is None:
-                _model = Model()
-    return _model
+    return Model()
 
 
 def reads_like_poisoning(folded):

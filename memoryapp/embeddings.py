@@ -1,11 +1,12 @@
 """The one module that talks to an embedding model. Nothing else imports a model library."""
 
-import hashlib
 import threading
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
+
+from memoryapp.pinned import sha256_of
 
 MINILM_NAME = "all-MiniLM-L6-v2-int8"
 MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -23,15 +24,6 @@ FLOORS = {
 
 class EmbeddingError(RuntimeError):
     pass
-
-
-def sha256_of(path):
-    """The hex sha256 of a file, read in 1 MiB chunks (pinned model files are checked with it)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class MiniLM:

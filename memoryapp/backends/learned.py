@@ -11,23 +11,19 @@ Each is a one-hidden-layer MLP (or plain logistic regression when it has no hidd
 standardised features. numpy only; the weights file is checked against its pinned sha256.
 """
 
-import json
+import functools
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from memoryapp import embeddings
+from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
 WEIGHTS_SHA256 = "e5cd28671183abed2dc2eca620ee2562bffc440c43240b868b3e246d35a06a34"
 KINDS = ("preference", "constraint", "profile", "goal")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
-
-
-class WeightsError(RuntimeError):
-    pass
 
 
 # --- features ----------------------------------------------------------------------
@@ -180,21 +176,12 @@ class Model:
     """The three models and their thresholds, loaded from one .npz after its sha256 is checked."""
 
     def __init__(self, path=WEIGHTS_PATH, sha256=WEIGHTS_SHA256):
-        path = Path(path)
-        if not path.exists():
-            raise WeightsError(f"{path} is missing; retrain with `python manage.py train_offline`")
-        digest = embeddings.sha256_of(path)
-        if sha256 is not None and digest != sha256:
-            raise WeightsError(f"{path} does not match its pinned sha256; refusing to load it")
-        self.sha256 = digest
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-        self.meta = json.loads(bytes(arrays.pop("meta")).decode())
+        arrays, self.meta, self.sha256 = load_npz(path, sha256, retrain="train_offline")
         self.heads = {}
         for key, value in arrays.items():
             head, name = key.split("__", 1)
             self.heads.setdefault(head, {})[name] = value.astype(np.float32)
-        self.version = f"offline-learned-{digest[:8]}"
+        self.version = f"offline-learned-{self.sha256[:8]}"
 
     def fact_probability(self, vectors, texts):
         return forward(self.heads["fact"], fact_features(vectors, texts))[:, 1]
@@ -229,18 +216,10 @@ class Model:
         return float(self.meta.get("fact_threshold", 0.5))
 
 
-_model = None
-_lock = threading.Lock()
-
-
+@functools.cache
 def model():
     """The shipped model, loaded (and checked) once per process."""
-    global _model
-    if _model is None:
-        with _lock:
-            if _model is None:
-                _model = Model()
-    return _model
+    return Model()
 
 
 def version():
