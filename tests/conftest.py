@@ -143,6 +143,20 @@ def page_nojs(browser, live_server):
     context.close()
 
 
+def anthropic_reply(text=None, *, content=None, stop_reason="end_turn", **usage):
+    """The JSON body of an Anthropic Messages reply, for fake transports and fake servers."""
+    return {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5-20251001",
+        "content": [{"type": "text", "text": text}] if content is None else content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5, **usage},
+    }
+
+
 def login(page, username, password="correct horse battery"):
     page.goto("/login/")
     page.fill("#id_username", username)

@@ -14,6 +14,7 @@ import pytest
 
 from memoryapp import embeddings, sessions
 from memoryapp.models import AgentSession, MemoryFact, Turn
+from tests.conftest import anthropic_reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,16 +103,12 @@ def test_with_claude_it_sends_the_assembled_prompt_and_records_both_turns(live_s
         sent.append(json.loads(request.content))
         return httpx2.Response(
             200,
-            json={
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5-20251001",
-                "content": [{"type": "text", "text": "Use your on-prem object store, for example MinIO."}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 50, "output_tokens": 12, "cache_read_input_tokens": 40},
-            },
+            json=anthropic_reply(
+                "Use your on-prem object store, for example MinIO.",
+                input_tokens=50,
+                output_tokens=12,
+                cache_read_input_tokens=40,
+            ),
         )
 
     client = anthropic.Anthropic(api_key="x", http_client=httpx2.Client(transport=httpx2.MockTransport(fake_claude)))

@@ -12,6 +12,7 @@ from memoryapp_client import MemoryClient
 
 from memoryapp import sessions
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, Turn
+from tests.conftest import anthropic_reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,19 +28,7 @@ def _load():
 
 
 def _message(content, stop_reason):
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-haiku-4-5-20251001",
-            "content": content,
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 5},
-        },
-    )
+    return httpx2.Response(200, json=anthropic_reply(content=content, stop_reason=stop_reason))
 
 
 def test_claude_remembers_through_the_tool_and_the_fact_is_labelled_agent(live_server, org, scripted):

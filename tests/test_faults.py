@@ -32,6 +32,7 @@ from tests.conftest import (
     Api,
     _redis_or_fail,
     _reset_celery_producers,
+    anthropic_reply,
     wait_for,
     worker_database_url,
 )
@@ -131,16 +132,7 @@ class _FakeModelHandler(BaseHTTPRequestHandler):
         if self.server.hold.is_set():
             self.server.hold.clear()
             self.server.release.wait(timeout=300)
-        reply = {
-            "id": "msg_fake",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-haiku-4-5-20251001",
-            "content": [{"type": "text", "text": json.dumps(self.server.answer)}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 50, "output_tokens": 20},
-        }
+        reply = anthropic_reply(json.dumps(self.server.answer), input_tokens=50, output_tokens=20)
         data = json.dumps(reply).encode()
         try:
             self.send_response(200)
@@ -285,19 +277,7 @@ class FlakyModel:
         said = json.loads(request.content)["messages"][0]["content"]
         drink = said.split("I drink ")[1].split(" ")[0]
         answer = {"facts": [{"text": f"The user drinks {drink} every morning.", "kind": "preference"}]}
-        return httpx2.Response(
-            200,
-            json={
-                "id": "msg",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5-20251001",
-                "content": [{"type": "text", "text": json.dumps(answer)}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 10, "output_tokens": 10},
-            },
-        )
+        return httpx2.Response(200, json=anthropic_reply(json.dumps(answer), output_tokens=10))
 
 
 @pytest.mark.django_db

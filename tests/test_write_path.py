@@ -22,7 +22,7 @@ from django.test import Client, override_settings
 from memoryapp import backends, extraction, orgs, sessions, writing
 from memoryapp.backends.base import EXTRACT_SYSTEM, VERDICT_PROMPT_VERSION, VERDICT_SYSTEM
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, OrgFactProposal
-from tests.conftest import BASE_DIR, REDIS_TEST_URL, in_thread
+from tests.conftest import BASE_DIR, REDIS_TEST_URL, anthropic_reply, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,19 +67,7 @@ class FakeAnthropic:
             answer = {"verdicts": [self.verdict] * len(listing.strip().splitlines())}
         else:
             answer = {"facts": [{"text": t, "kind": "profile"} for t in self.facts]}
-        return httpx2.Response(
-            200,
-            json={
-                "id": "msg_fake",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5-20251001",
-                "content": [{"type": "text", "text": json.dumps(answer)}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 40, "output_tokens": 10},
-            },
-        )
+        return httpx2.Response(200, json=anthropic_reply(json.dumps(answer), input_tokens=40, output_tokens=10))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, TypeAdapter
 
 from memoryapp import embeddings, sessions
 from memoryapp.models import MemoryFact
+from tests.conftest import anthropic_reply
 
 pytestmark = pytest.mark.django_db
 
@@ -40,19 +41,7 @@ def _send(system):
 
     def handler(request):
         seen.append(json.loads(request.content))
-        return httpx2.Response(
-            200,
-            json={
-                "id": "msg_test",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5-20251001",
-                "content": [{"type": "text", "text": "Keep the files on your own servers."}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 10, "output_tokens": 8},
-            },
-        )
+        return httpx2.Response(200, json=anthropic_reply("Keep the files on your own servers.", output_tokens=8))
 
     client = anthropic.Anthropic(api_key="x", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
     reply = client.messages.create(

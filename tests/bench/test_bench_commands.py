@@ -13,6 +13,7 @@ from bench import loadgen
 from evals import judge
 from evals import locomo as lb
 from memoryapp.models import AgentSession, MemoryFact, Organization
+from tests.conftest import anthropic_reply
 
 
 def run(command, *args):
@@ -138,19 +139,7 @@ def fake_claude(request):
         answer = content.split("\nAnswer: ")[1]
         text = json.dumps({"correct": answer.lower() in gold.lower()})
     usage = {"input_tokens": 100, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-haiku-4-5-20251001",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": usage,
-        },
-    )
+    return httpx2.Response(200, json=anthropic_reply(text, **usage))
 
 
 @pytest.mark.django_db
