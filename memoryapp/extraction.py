@@ -107,10 +107,19 @@ def candidate_key(candidate):
     return hashlib.sha256(f"{candidate.scope}:{folded}".encode()).hexdigest()[:32]
 
 
-def extract_session(session_id):
-    """Run extraction for one ended session, exactly once; returns the ExtractionRun or None."""
+def extract_session(session_id, user_id=None):
+    """Run extraction for one ended session, exactly once; returns the ExtractionRun or None.
+
+    The worker is given the session's user as well as its id, so that every statement below names
+    the user and would route to that user's shard (docs/scaling.md). Without it (a direct call, or a
+    message queued by an older version) the user is looked up once, by the session id.
+    """
     started = time.monotonic()
-    run = claim_session(session_id)
+    if user_id is None:
+        user_id = AgentSession.objects.filter(id=session_id).values_list("user_id", flat=True).first()
+        if user_id is None:
+            return None  # erased (or never existed): nothing to do
+    run = claim_session(session_id, user_id)
     if run is None:
         return None
     usage = Usage()
@@ -128,16 +137,17 @@ def extract_session(session_id):
         return _record_failure(run, f"{type(exc).__name__}: {exc}", usage, started)
 
 
-def claim_session(session_id):
+def claim_session(session_id, user_id):
     """Take the session for one worker and record the attempt as a running run; None if there is nothing to do."""
     now = clock.now()
+    mine = AgentSession.objects.filter(id=session_id, user_id=user_id)
     with transaction.atomic():
         # Why a conditional UPDATE and not a row lock held for the whole run: the claim must survive
         # the model calls without a transaction open. It admits one worker: of two racing, one
         # updates the row and the other's WHERE no longer matches. A running claim whose lease ran
         # out (its worker died) can be taken over.
         claimed = (
-            AgentSession.objects.filter(id=session_id, ended_at__isnull=False)
+            mine.filter(ended_at__isnull=False)
             .filter(
                 Q(extraction_status__in=CLAIMABLE)
                 | Q(extraction_status=AgentSession.Extraction.RUNNING, next_attempt_at__lte=now)
@@ -146,18 +156,18 @@ def claim_session(session_id):
         )
         if not claimed:
             return None  # erased, not ended, finished, or another worker holds it
-        abandon_runs(session_id, now)
-        session = AgentSession.objects.select_related("user__memory_settings").get(id=session_id)
-        if session.extraction_runs.filter(status__in=ExtractionRun.FINISHED).exists():
-            AgentSession.objects.filter(id=session_id).update(
-                extraction_status=AgentSession.Extraction.DONE, next_attempt_at=None
-            )
+        abandon_runs(session_id, user_id, now)
+        session = mine.select_related("user__memory_settings").get()
+        if ExtractionRun.objects.filter(
+            session_id=session_id, user_id=user_id, status__in=ExtractionRun.FINISHED
+        ).exists():
+            mine.update(extraction_status=AgentSession.Extraction.DONE, next_attempt_at=None)
             return None
         if not writing.memory_allowed(session):
             skip_session(session)
             return None
         # Invariant 1: only the user's own turns are ever read for extraction.
-        text = transcript(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
+        text = transcript(user_turns_of(session))
         backend = active_backend()
         # Recorded before the model is called and committed with the claim: if the worker is killed
         # inside the call, staff still see this attempt (running, then abandoned by the sweeper).
@@ -180,9 +190,10 @@ CLAIMABLE = (
 )
 
 
-def abandon_runs(session_id, now=None):
+def abandon_runs(session_id, user_id, now=None):
     """Mark the session's running runs abandoned: their worker stopped and its lease ran out."""
-    return ExtractionRun.objects.filter(session_id=session_id, status=ExtractionRun.Status.RUNNING).update(
+    running = ExtractionRun.objects.filter(session_id=session_id, user_id=user_id, status=ExtractionRun.Status.RUNNING)
+    return running.update(
         status=ExtractionRun.Status.ABANDONED,
         finished_at=now or clock.now(),
         error="the worker stopped before finishing (killed, or its machine went away); its lease ran out",
@@ -196,10 +207,10 @@ def _hold(run):
     # (which updates this row first) or an erasure waits for our short transaction.
     session = (
         AgentSession.objects.select_for_update(no_key=True)
-        .filter(id=run.session_id, extraction_status=AgentSession.Extraction.RUNNING)
+        .filter(id=run.session_id, user_id=run.user_id, extraction_status=AgentSession.Extraction.RUNNING)
         .first()
     )
-    if session is None or not ExtractionRun.objects.filter(id=run.id, status=ExtractionRun.Status.RUNNING).exists():
+    if session is None or not _mine(run).filter(status=ExtractionRun.Status.RUNNING).exists():
         raise ClaimLost(run.session_id)
     return session
 
@@ -208,6 +219,7 @@ def _renew(run):
     """Extend the claim before a model call; ClaimLost if it was taken over or the session erased."""
     renewed = AgentSession.objects.filter(
         id=run.session_id,
+        user_id=run.user_id,
         extraction_status=AgentSession.Extraction.RUNNING,
         extraction_runs__id=run.id,
         extraction_runs__status=ExtractionRun.Status.RUNNING,
@@ -216,9 +228,19 @@ def _renew(run):
         raise ClaimLost(run.session_id)
 
 
+def _mine(run):
+    """The run's own row, addressed by its user too (one shard)."""
+    return ExtractionRun.objects.filter(id=run.id, user_id=run.user_id)
+
+
+def user_turns_of(session):
+    """Invariant 1: the session's user turns, in order; never an assistant or tool turn."""
+    return Turn.objects.filter(session_id=session.id, user_id=session.user_id, role=Turn.Role.USER).order_by("ordinal")
+
+
 def _run(run, usage, started):
-    session = AgentSession.objects.select_related("user", "org").get(id=run.session_id)
-    user_turns = list(Turn.objects.filter(session=session, role=Turn.Role.USER).order_by("ordinal"))
+    session = AgentSession.objects.select_related("user", "org").get(id=run.session_id, user_id=run.user_id)
+    user_turns = list(user_turns_of(session))
     backend = active_backend()
     if user_turns:
         # The extraction call: no transaction open, no lock held (only the lease, renewed at claim time).
@@ -228,7 +250,7 @@ def _run(run, usage, started):
     usage.add(answer.usage)
     parsed = parse_answer(answer.text)
     # Committed at once: staff see what the model said even if the worker dies while judging.
-    ExtractionRun.objects.filter(id=run.id, status=ExtractionRun.Status.RUNNING).update(
+    _mine(run).filter(status=ExtractionRun.Status.RUNNING).update(
         model=answer.model or backend.model,
         raw_output=answer.text,
         facts_proposed=len(parsed.facts),
@@ -237,7 +259,8 @@ def _run(run, usage, started):
 
     # Candidates an earlier attempt of this session already wrote (it crashed or was killed after).
     done_keys = set()
-    for keys in session.extraction_runs.exclude(id=run.id).values_list("applied_keys", flat=True):
+    earlier_runs = ExtractionRun.objects.filter(session_id=session.id, user_id=session.user_id).exclude(id=run.id)
+    for keys in earlier_runs.values_list("applied_keys", flat=True):
         done_keys.update(keys or [])
     applied = []
     member_org_ids = set(Membership.objects.filter(user_id=session.user_id).values_list("org_id", flat=True))
@@ -249,7 +272,7 @@ def _run(run, usage, started):
 
     def mark_applied(key):
         applied.append(key)
-        ExtractionRun.objects.filter(id=run.id).update(applied_keys=applied)
+        _mine(run).update(applied_keys=applied)
 
     outcomes, proposals, earlier = [], 0, 0
     for candidate in parsed.facts:
@@ -280,31 +303,40 @@ def _run(run, usage, started):
 
     with transaction.atomic():
         _hold(run)
-        run.refresh_from_db()
-        run.status = ExtractionRun.Status.UNREADABLE if parsed.error else ExtractionRun.Status.SUCCEEDED
-        run.finished_at = clock.now()
-        run.duration_ms = int((time.monotonic() - started) * 1000)
-        run.error = parsed.error or "; ".join(f"dropped: {reason}" for _, reason in parsed.dropped)[:2000]
-        _apply_usage(run, usage)
-        run.verdict_calls = sum(r.judge_calls for r in outcomes)
-        run.save()
-        AgentSession.objects.filter(id=session.id).update(
+        _finish(
+            run,
+            usage,
+            started,
+            status=ExtractionRun.Status.UNREADABLE if parsed.error else ExtractionRun.Status.SUCCEEDED,
+            error=parsed.error or "; ".join(f"dropped: {reason}" for _, reason in parsed.dropped)[:2000],
+            verdict_calls=sum(r.judge_calls for r in outcomes),
+        )
+        AgentSession.objects.filter(id=session.id, user_id=session.user_id).update(
             extraction_status=AgentSession.Extraction.DONE,
             extraction_attempts=F("extraction_attempts") + 1,
             next_attempt_at=None,
         )
         if not proposals and not earlier and not any(r.fact is not None for r in outcomes):
             # Retention: a session that taught nothing keeps no turns.
-            Turn.objects.filter(session=session).delete()
+            Turn.objects.filter(session_id=session.id, user_id=session.user_id).delete()
     return run
 
 
-def _apply_usage(run, usage):
-    run.input_tokens = usage.input_tokens
-    run.output_tokens = usage.output_tokens
-    run.cache_read_tokens = usage.cache_read_tokens
-    run.cache_write_tokens = usage.cache_write_tokens
-    run.cost_usd = usage.cost_usd
+def _finish(run, usage, started, **fields):
+    """Record the run's outcome, its duration and token usage, and refresh `run` from its row."""
+    _mine(run).update(
+        finished_at=clock.now(),
+        duration_ms=int((time.monotonic() - started) * 1000),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
+        **fields,
+    )
+    fresh = _mine(run).get()
+    for f in ExtractionRun._meta.concrete_fields:
+        setattr(run, f.attname, getattr(fresh, f.attname))
 
 
 def _record_failure(run, error, usage, started):
@@ -312,15 +344,9 @@ def _record_failure(run, error, usage, started):
     try:
         with transaction.atomic():
             session = _hold(run)
-            run.refresh_from_db()
-            run.status = ExtractionRun.Status.FAILED
-            run.finished_at = clock.now()
-            run.duration_ms = int((time.monotonic() - started) * 1000)
-            run.error = error[:2000]
-            _apply_usage(run, usage)
-            run.save()
+            _finish(run, usage, started, status=ExtractionRun.Status.FAILED, error=error[:2000])
             attempts = session.extraction_attempts + 1
-            AgentSession.objects.filter(id=session.id).update(
+            AgentSession.objects.filter(id=session.id, user_id=session.user_id).update(
                 extraction_status=AgentSession.Extraction.FAILED,
                 extraction_attempts=attempts,
                 next_attempt_at=clock.now() + _backoff(attempts),
@@ -337,8 +363,10 @@ def _record_failure(run, error, usage, started):
 
 def skip_session(session):
     """Memory off: nothing is extracted and the turns are not kept."""
-    Turn.objects.filter(session=session).delete()
-    AgentSession.objects.filter(id=session.id).update(extraction_status=AgentSession.Extraction.SKIPPED)
+    Turn.objects.filter(session_id=session.id, user_id=session.user_id).delete()
+    AgentSession.objects.filter(id=session.id, user_id=session.user_id).update(
+        extraction_status=AgentSession.Extraction.SKIPPED
+    )
 
 
 def source_turns_for(fact_text, user_turns, ordinals):

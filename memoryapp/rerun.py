@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from memoryapp import clock, sessions, tasks
+from memoryapp import clock, sessions
 from memoryapp.models import AgentSession
 
 
@@ -11,8 +11,11 @@ def rerun_failed_extraction(session):
     with transaction.atomic():
         # The conditional update is the claim: of two clicks (or a click and the sweeper) exactly one wins.
         claimed = AgentSession.objects.filter(
-            id=session.id, ended_at__isnull=False, extraction_status=AgentSession.Extraction.FAILED
+            id=session.id,
+            user_id=session.user_id,
+            ended_at__isnull=False,
+            extraction_status=AgentSession.Extraction.FAILED,
         ).update(extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + sessions.QUEUE_LEASE)
         if claimed:
-            tasks.extract_session.delay_on_commit(str(session.id))
+            sessions.enqueue_extraction(session.id, session.user_id)
     return bool(claimed)

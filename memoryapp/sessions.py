@@ -125,14 +125,14 @@ def add_turns(session, turns):
     return len(turns)
 
 
-def enqueue_extraction(session_id):
-    """Queue the session's extraction once the current transaction commits."""
+def enqueue_extraction(session_id, user_id):
+    """Queue the session's extraction once the current transaction commits; the user id routes it (Citus)."""
     # Imported here, not at the top: memoryapp.tasks imports this module. Importing it (rather than
     # only looking the task up by name) registers it in processes that never loaded it otherwise,
     # such as the MCP server or a test that ends a session before any request.
     from memoryapp import tasks
 
-    tasks.extract_session.delay_on_commit(str(session_id))
+    tasks.extract_session.delay_on_commit(str(session_id), user_id)
 
 
 def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
@@ -154,7 +154,7 @@ def end_session(session, reason=AgentSession.EndReason.EXPLICIT):
             return True
         # The lease lets the sweeper re-enqueue if the broker lost (or never got) the message.
         mine.update(extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=clock.now() + QUEUE_LEASE)
-        enqueue_extraction(session.id)
+        enqueue_extraction(session.id, session.user_id)
     return True
 
 
@@ -184,17 +184,19 @@ def sweep(now=None, batch=500):
         | Q(extraction_status="failed", next_attempt_at__lte=now, extraction_attempts__lt=retry)
     )
     enqueued = 0
-    for sid, status, attempt_at in due.values_list("id", "extraction_status", "next_attempt_at")[:batch]:
+    for sid, user_id, status, attempt_at in due.values_list("id", "user_id", "extraction_status", "next_attempt_at")[
+        :batch
+    ]:
         with transaction.atomic():
             # Conditional update: of several beats or workers, one claims the re-enqueue.
-            claimed = AgentSession.objects.filter(id=sid, extraction_status=status, next_attempt_at=attempt_at).update(
-                extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=lease
-            )
+            claimed = AgentSession.objects.filter(
+                id=sid, user_id=user_id, extraction_status=status, next_attempt_at=attempt_at
+            ).update(extraction_status=AgentSession.Extraction.QUEUED, next_attempt_at=lease)
             if claimed and status == AgentSession.Extraction.RUNNING:
                 # Its worker stopped renewing the lease (killed, or its machine went away): the
                 # attempt it recorded is marked abandoned, in the same transaction as the takeover.
-                extraction.abandon_runs(sid, now)
+                extraction.abandon_runs(sid, user_id, now)
             if claimed:
-                enqueue_extraction(sid)
+                enqueue_extraction(sid, user_id)
                 enqueued += 1
     return {"ended": ended, "enqueued": enqueued}

@@ -23,8 +23,9 @@ class EnqueueSafely(DjangoTask):
 
 
 @shared_task(name="memoryapp.extract_session", base=EnqueueSafely)
-def extract_session(session_id):
-    run = extraction.extract_session(session_id)
+def extract_session(session_id, user_id=None):
+    # user_id routes every statement to the user's shard; messages queued before it was added lack it.
+    run = extraction.extract_session(session_id, user_id)
     return run.id if run else None
 
 

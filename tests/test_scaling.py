@@ -3,6 +3,7 @@ with four workers, and page reads go to a replica only when that is safe."""
 
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -10,7 +11,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from memoryapp import embeddings, extraction, recall, replica, sessions, writing
+from memoryapp import clock, embeddings, extraction, recall, replica, sessions, tasks, writing
 from memoryapp.models import AgentSession, ExtractionRun, MemoryFact
 from tests.conftest import wait_for
 
@@ -78,7 +79,7 @@ def test_agent_paths_filter_every_per_user_statement_by_the_user(api, scripted, 
         sessions.end_session(session)
     paths["end session"] = ctx.captured_queries
     with CaptureQueriesContext(connection) as ctx:
-        extraction.extract_session(session.id)  # as the worker runs it: the message carries the session id
+        extraction.extract_session(session.id, user.id)  # as the worker runs it: the message carries both ids
     paths["extraction"] = ctx.captured_queries
     with CaptureQueriesContext(connection) as ctx:
         with transaction.atomic():
@@ -92,18 +93,31 @@ def test_agent_paths_filter_every_per_user_statement_by_the_user(api, scripted, 
 
     assert "Porto" in result.block and MemoryFact.objects.filter(user=user).count() == 2  # the paths did their work
     offenders = {name: _offenders(queries, user.id) for name, queries in paths.items()}
-    # The known gap, listed in docs/scaling.md: the extraction worker is given the session id alone
-    # (the task message has no user id), so its claim and the statements after it address the session,
-    # its turns and its run by id, which Citus would send to every shard. Carrying the user id in the
-    # task message would close it. Until then this test pins the gap's extent: only those three tables.
-    extraction_tables = {_TABLE.search(sql).group(1) for sql in offenders.pop("extraction")}
-    assert extraction_tables <= {"memoryapp_agentsession", "memoryapp_extractionrun", "memoryapp_turn"}
-    paths.pop("extraction")
     for name, queries in paths.items():
         assert any(_TABLE.search(q["sql"]) for q in queries), name
     assert offenders == {name: [] for name in paths}, "statements that would not route to one shard:\n" + "\n".join(
         f"{name}: {sql[:160]}" for name, sqls in offenders.items() for sql in sqls
     )
+
+
+@pytest.mark.django_db
+def test_the_extraction_message_carries_the_user_so_the_worker_routes_to_one_shard(
+    org, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Ending a session queues (session id, user id), and the sweeper's re-enqueue does too."""
+    sent = []
+    monkeypatch.setattr(tasks.extract_session, "delay", lambda *args: sent.append(args))
+    user = sessions.get_or_create_user(org, "shard-queue")
+    session = sessions.open_session(org, user)
+    sessions.add_turns(session, [("user", "I live in Porto.")])
+    with django_capture_on_commit_callbacks(execute=True):
+        sessions.end_session(session)
+    assert sent == [(str(session.id), user.id)]
+
+    AgentSession.objects.filter(id=session.id).update(next_attempt_at=clock.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions.sweep()["enqueued"] == 1
+    assert sent[-1] == (str(session.id), user.id)
 
 
 def test_the_shard_check_catches_a_statement_by_primary_key_alone():
@@ -133,8 +147,11 @@ def test_four_real_workers_extract_each_session_exactly_once(api, celery_workers
             ids.append(sid)
     for sid in ids:
         assert api.post(f"/v1/sessions/{sid}/end").status_code == 202
-    for sid in ids:  # a redelivered message (broker retry, sweeper) must not extract twice
-        sessions.enqueue_extraction(sid)
+    for n, sid in enumerate(ids):  # a redelivered message (broker retry, sweeper) must not extract twice
+        if n % 2:
+            sessions.enqueue_extraction(sid, AgentSession.objects.get(id=sid).user_id)
+        else:  # a message in the shape queued before it carried the user id
+            tasks.extract_session.delay(sid)
 
     wait_for(
         lambda: all(api.get(f"/v1/sessions/{sid}").json()["extraction_status"] == "done" for sid in ids),

@@ -17,7 +17,7 @@ def enqueued(monkeypatch):
     """Session ids handed to the broker (thread-safe); nothing is really published."""
     ids, lock = [], threading.Lock()
 
-    def fake_delay(session_id):
+    def fake_delay(session_id, user_id=None):
         with lock:
             ids.append(session_id)
 

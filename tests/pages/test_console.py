@@ -275,14 +275,14 @@ def test_rerun_of_failed_extraction_enqueues_exactly_one_task(
             first = staff_client.post(reverse("console-rerun", args=[session.id]))
             second = staff_client.post(reverse("console-rerun", args=[session.id]))  # a double click
     assert first.status_code == second.status_code == 302
-    delay.assert_called_once_with(str(session.id))
+    delay.assert_called_once_with(str(session.id), session.user_id)
     session.refresh_from_db()
     assert session.extraction_status == "queued"
     follow = staff_client.get(first["Location"]).content.decode()
     assert "not in a failed state" in follow  # the second click was told nothing happened
     # the queued task then extracts for real
     scripted.extract_answer = {"facts": [{"text": "The user deploys with Terraform.", "kind": "profile"}]}
-    extraction.extract_session(session.id)
+    extraction.extract_session(session.id, session.user_id)
     assert MemoryFact.objects.filter(text="The user deploys with Terraform.").exists()
 
 
