@@ -208,6 +208,25 @@ def test_cap_holds_with_500_live_facts(org, other_org, settings):
     assert (tiers.count("always"), tiers.count("relevant"), tiers.count("org")) == (3, 3, 1)
 
 
+def test_a_fact_embedded_by_another_model_is_never_compared_but_stays_always_on(org):
+    """After a switch of embedding model, old vectors (another size) are not compared with the message's;
+    an always-on fact still reaches the block, a preference waits until it is re-embedded."""
+    alice = _user(org)
+    _fact(alice, "The user writes Python.", "preference")
+    for text, kind in (
+        ("The user is allergic to peanuts.", "constraint"),
+        ("The user likes Python tooling.", "preference"),
+    ):
+        MemoryFact.objects.create(
+            user=alice, text=text, kind=kind, embedding=[0.5] * 512, embedding_model="voyage-3-lite"
+        )
+
+    result = recall.recall(sessions.open_session(org, alice), "Which Python tooling should I use?")
+
+    texts = {s.fact.text: s.tier for s in result.facts}
+    assert texts == {"The user is allergic to peanuts.": "always", "The user writes Python.": "relevant"}
+
+
 def test_org_facts_come_after_personal_ones_in_their_own_labelled_section(org, settings):
     settings.MEMORY = {**settings.MEMORY, "RECALL_CAP": 3}
     alice = _user(org)
@@ -448,7 +467,7 @@ def _recall_plans():
         cursor.execute(
             "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
             " WHERE statement LIKE %s",
-            ["%WITH always AS%"],
+            ["%WITH mine AS MATERIALIZED%"],
         )
         return cursor.fetchone()
 
