@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.conf import settings
 from django.db import connection
+from pgvector import Vector
 
 from memoryapp import clock, embeddings, writing
 from memoryapp.models import ALWAYS_ON_KINDS, MemoryFact, RecallLog
@@ -136,10 +137,6 @@ def message_words(message):
     return " | ".join(dict.fromkeys(w.lower() for w in _WORD.findall(message or "")[:64]))
 
 
-def _vector_literal(vector):
-    return str(np.asarray(vector, dtype=np.float32).tolist())  # '[0.1, -0.2, ...]', pgvector's text form
-
-
 def select(user, message, org=None, vector=None):
     """Pick facts under the budget: always-on personal, relevant personal, then the org tier (members only)."""
     memory = settings.MEMORY
@@ -158,7 +155,7 @@ def select(user, message, org=None, vector=None):
         "tier2": max(0, memory["TIER2_LIMIT"]),
         "org_limit": max(0, memory["ORG_LIMIT"]),
         "cap": cap,
-        "vector": None if vector is None else _vector_literal(vector),
+        "vector": None if vector is None else Vector(np.asarray(vector, dtype=np.float32)),  # sent in binary
         "model": embeddings.model_name(),
         "max_distance": 1 - embeddings.floor("recall"),
         # With RECALL_LEXICAL off, tier 2 ranks by cosine alone (an empty tsquery matches nothing).
