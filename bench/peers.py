@@ -484,7 +484,11 @@ def text_table(result):
 
 # --- retrieval quality on LoCoMo, both systems --------------------------------------------------
 
-LOCOMO_TEST_SAMPLES = slice(5, 10)  # conversations 6-10: the test split (1-5 were used for tuning)
+
+def _hit_and_recall(fact_ids, evidence, fact_dias):
+    """(any evidence turn among the facts' source turns, the share of evidence turns found)."""
+    found = set().union(*(fact_dias.get(f, set()) for f in fact_ids)) & evidence
+    return float(bool(found)), len(found) / len(evidence)
 
 
 def _interleave(per_user, k):
@@ -509,9 +513,11 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
     try:
         with bench:
             call_command("migrate", verbosity=0, interactive=False)
-            loaded = lb.load(path, progress_factory=lambda label, n: benchmarks.Progress(label, n, None))
-            test_samples = {s["sample_id"] for s in json.loads(Path(path).read_text())[LOCOMO_TEST_SAMPLES]}
-            questions = [q for q in loaded.questions if q["sample"] in test_samples and q["evidence"]]
+            # The test split (conversations 6-10; 1-5 were used for tuning); a smoke run's tiny file has fewer.
+            samples = lb.read(path, split="all" if config.smoke else "test")
+            names = {number: lb.speakers_of(sample) for number, sample in samples}
+            loaded = lb.load_observations(samples, progress_factory=lambda label, n: benchmarks.Progress(label, n))
+            questions = [q for q in loaded.questions if q["evidence"]]
             facts = list(
                 MemoryFact.objects.filter(id__in=list(loaded.fact_dias)).values_list(
                     "id", "user_id", "text", "embedding"
@@ -530,8 +536,8 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
             scores = {"memoryapp": [], "mem0": []}
             with override_settings(MEMORY={**settings.MEMORY, **memory}):
                 for n, (q, vec) in enumerate(zip(questions, vectors, strict=True)):
-                    names = loaded.speakers[q["sample"]]
-                    lexical = re.sub("|".join(rf"\b{re.escape(x)}('s)?\b" for x in names), " ", q["question"])
+                    speakers = names[q["conversation"]]
+                    lexical = re.sub("|".join(rf"\b{re.escape(x)}('s)?\b" for x in speakers), " ", q["question"])
                     ours = [[s.fact.id for s in recall.select(u, lexical, vector=vec)] for u in q["user_ids"]]
                     theirs = [
                         [
@@ -548,9 +554,7 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
                         for u in q["user_ids"]
                     ]
                     for name, per_user in (("memoryapp", ours), ("mem0", theirs)):
-                        scores[name].append(
-                            lb.hit_and_recall(_interleave(per_user, k), q["evidence"], loaded.fact_dias, k)
-                        )
+                        scores[name].append(_hit_and_recall(_interleave(per_user, k), q["evidence"], loaded.fact_dias))
                     if (n + 1) % 100 == 0:
                         progress(f"LoCoMo questions: {n + 1}/{len(questions)}")
             peer.call("drop", collection="bench_locomo")
@@ -561,7 +565,7 @@ def run_locomo(config, progress, path, no_install=False, use_sql_peer=False, k=1
         bench.drop()
         _drop_database(peer_db)
     return {
-        "split": "conversations 6-10 (test)",
+        "split": "all conversations of the file (smoke)" if config.smoke else "conversations 6-10 (test)",
         "questions": len(questions),
         "facts": len(rows),
         "k": k,

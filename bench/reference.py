@@ -52,7 +52,9 @@ def text_rank(text, query):
 
 def vector_ranking(vectors, message_vector, candidates, ids, floor):
     """Candidates at or above the similarity floor, most similar first (ties by id); and all similarities."""
-    sims = np.asarray(vectors, dtype=np.float64) @ np.asarray(message_vector, dtype=np.float64)
+    # einsum, not `@`: a BLAS call leaves OpenBLAS's threads spinning on both cores for a while
+    # afterwards, which slowed the next timed recall's embedding by a third (docs/benchmarks.md).
+    sims = np.einsum("ij,j->i", np.asarray(vectors, dtype=np.float64), np.asarray(message_vector, dtype=np.float64))
     ranked = sorted((i for i in candidates if sims[i] >= floor), key=lambda i: (-sims[i], ids[i]))
     return ranked, sims
 

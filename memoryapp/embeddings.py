@@ -51,10 +51,6 @@ class MiniLM:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = settings.EMBEDDING_THREADS
         options.inter_op_num_threads = 1
-        # Helper threads spin between operators (waking a sleeping one costs more than a small
-        # operator), but stop as soon as a text is done: left spinning they take the core that
-        # PostgreSQL needs for the statement that follows (docs/benchmarks.md).
-        options.add_session_config_entry("session.force_spinning_stop", "1")
         self.session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )

@@ -68,3 +68,18 @@ def test_smoke_against_real_mem0_or_a_printed_reason(tmp_path):
     else:
         assert "SKIPPING the real mem0" in err and result["peer_note"] in out
     _check(result, out)
+
+
+def test_locomo_evidence_recall_for_both_systems_on_a_tiny_generated_conversation(tmp_path):
+    """--locomo ranks the same observation facts through recall.select and the peer's search, and scores
+    both from where each fact came from: the tiny conversation's questions are easy, so both find them."""
+    from tests.bench.test_bench_commands import tiny_locomo
+
+    result, out, _ = _run(tmp_path, "--sql-peer", "--locomo", str(tiny_locomo(tmp_path)))
+    locomo = result["locomo"]
+    assert locomo["questions"] == 5 and locomo["facts"] == 4 and locomo["peer"] == "sql-shape"
+    # Four facts, k = 10: each asked user's few facts all come back, so every question whose evidence is
+    # that user's turn is found; the adversarial one asks Ben about Ana's turn, and neither finds it.
+    assert locomo["memoryapp_hit@10"] == locomo["mem0_hit@10"] == 0.8
+    assert locomo["memoryapp_recall@10"] == locomo["mem0_recall@10"] == 0.8
+    assert '"memoryapp_hit@10"' in out
