@@ -246,7 +246,7 @@ def test_supersession_scenario_catches_a_write_path_that_forgets_to_supersede(mo
 
     assert not result.passed
     checks = {f.check for f in result.failures}
-    assert "live count" in checks and 'superseded contains "PostgreSQL"' in checks
+    assert "live count" in checks and 'superseded contains "Postgres"' in checks
 
 
 @pytest.mark.django_db
