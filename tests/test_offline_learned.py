@@ -178,8 +178,10 @@ def test_what_a_user_works_with_is_kept_and_worded_plainly(said, fact):
     assert fact in [t for t, _ in _facts(said)]
 
 
-def test_moving_somewhere_is_not_a_tool_switch():
+def test_moving_somewhere_or_a_day_off_is_not_a_tool():
     assert all("uses" not in t for t, _ in _facts("We moved to Berlin last year."))
+    assert all("uses" not in t for t, _ in _facts("I'm on Fridays off, by the way. We're on June leave."))
+    assert all("uses" not in t for t, _ in _facts("I'm on a diet."))
 
 
 def test_as_i_said_is_not_a_fact_about_saying():

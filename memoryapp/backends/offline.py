@@ -63,11 +63,16 @@ _FALLBACK = re.compile(
 )
 # The tools a user works with ("I code in VS Code mostly", "we deploy on Kubernetes"): a named tool
 # (a capitalised word) after a verb of use. The chit-chat the model learned from has none of these.
+# Capitalised words that are not names of tools: days, months, holidays.
+_NOT_A_TOOL = (
+    r"(?!(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|January|February|March|April|May|June|July|August|September"
+    r"|October|November|December|Christmas|Easter)"
+)
 _TOOL = re.compile(
     r"^(?i:i|we)(?: (?i:mostly|usually|mainly|primarily|always|normally|now|still))? "
     r"(?i:use|code in|write in|program in|develop in|work in|work with|build with|deploy (?:on|to)|host on|"
     r"run on|am on|are on)"
-    r" (?:[a-z]+ ){0,2}(?:[A-Z][\w+#.-]*|[a-z]+[A-Z][\w+#.-]*)"
+    r" (?:[a-z]+ ){0,2}" + _NOT_A_TOOL + r"(?:[A-Z][\w+#.-]*|[a-z]+[A-Z][\w+#.-]*)"
 )
 
 
@@ -124,7 +129,8 @@ _MOVED = re.compile(
 
 
 # "We're on Postgres": the same fact as "we use Postgres", and worded so, so the two meet as neighbours.
-_ON_TOOL = re.compile(r"^(i|we)(?:'m| am|'re| are) (?:all |still |now )?on (?=[A-Z])", re.IGNORECASE)
+# Case matters after "on": a name ("Postgres"), not "on a diet" or "on Fridays".
+_ON_TOOL = re.compile(r"^(?i:(i|we)(?:'m| am|'re| are) (?:all |still |now )?on )(?=[A-Z])" + _NOT_A_TOOL)
 
 
 def _phrase(stated):
