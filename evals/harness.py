@@ -37,6 +37,9 @@ from memoryapp import backends, clock, embeddings, erasure, extraction, forgetti
 from memoryapp.models import KINDS, FactEvent, MemoryFact, Organization, OrgFactProposal
 
 BACKENDS = ("scripted", "offline", "anthropic")
+# What a scenario may name in "backends": the harness's backends and the OpenAI-compatible one
+# (the same prompts and parsing as anthropic, so a scenario about a model's answer applies to it).
+SCENARIO_BACKENDS = (*BACKENDS, "openai")
 ROLES = ("user", "assistant", "tool")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 FORGET_MODES = ("log", "enforce")
@@ -201,6 +204,9 @@ STEP_TYPES = tuple(STEP_MODELS)
 class ScenarioSpec(_Format):
     name: Text
     org: Annotated[Text, Field(max_length=40)] | None = None
+    # The backends the scenario applies to (default: all). A scenario about how the pipeline treats
+    # a model's malformed answer cannot be exercised by a backend that writes its own facts.
+    backends: Annotated[list[Literal[SCENARIO_BACKENDS]], Field(min_length=1)] | None = None
     steps: Annotated[list[Any], Field(min_length=1)]
 
 
@@ -316,6 +322,11 @@ class Scenario:
     org: str | None
     steps: list
     source: str = ""
+    backends: tuple | None = None  # None: every backend
+
+    def applies_to(self, backend):
+        """True when the scenario is meant to run under `backend`."""
+        return self.backends is None or backend in self.backends
 
 
 def _dump(spec):
@@ -369,7 +380,8 @@ def parse_scenario(data, source="", backend="scripted"):
                 )
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
-    return Scenario(name=spec.name, org=spec.org, steps=steps, source=source)
+    backends_ = tuple(dict.fromkeys(spec.backends)) if spec.backends else None
+    return Scenario(name=spec.name, org=spec.org, steps=steps, source=source, backends=backends_)
 
 
 def scenario_files(paths):
@@ -870,7 +882,12 @@ def run_all(scenarios, backend="scripted", broken=()):
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}")
     embeddings.backend()  # load the model once, before the first scenario
-    results = [run_scenario(s, backend) for s in scenarios]
+    skipped = [
+        {"name": s.name, "source": s.source, "backends": list(s.backends)}
+        for s in scenarios
+        if not s.applies_to(backend)
+    ]
+    results = [run_scenario(s, backend) for s in scenarios if s.applies_to(backend)]
     for source, error in broken:
         result = ScenarioResult(name=Path(source).stem, source=source)
         result.failures.append(Failure("the file", "the scenario follows the format", "a valid scenario", str(error)))
@@ -878,9 +895,16 @@ def run_all(scenarios, backend="scripted", broken=()):
     passed = sum(1 for r in results if r.passed)
     return {
         "backend": backend,
-        "summary": {"passed": passed, "failed": len(results) - passed, "checks": sum(r.checks for r in results)},
+        "summary": {
+            "passed": passed,
+            "failed": len(results) - passed,
+            "not_applicable": len(skipped),
+            "total": len(results) + len(skipped),
+            "checks": sum(r.checks for r in results),
+        },
         "metrics": metrics(results, backend),
         "scenarios": [r.as_dict() for r in results],
+        "not_applicable": skipped,
     }
 
 

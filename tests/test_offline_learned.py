@@ -162,3 +162,39 @@ def test_training_command_says_where_the_data_goes(tmp_path):
 
     with pytest.raises(CommandError, match="datasets"):
         call_command("train_offline", "--smoke", "--datasets", str(tmp_path), "--out", str(tmp_path / "w.npz"))
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("I code in VS Code mostly.", "The user codes in VS Code mostly."),
+        ("We're on Postgres for everything.", "The user's team uses Postgres for everything."),
+        ("We moved the app to MySQL.", "The user's team now uses MySQL."),
+        ("And now we switched again, to PlanetScale.", "The user's team now uses PlanetScale."),
+        ("Django/Postgres shop here.", "The user's team is a Django/Postgres shop."),
+    ],
+)
+def test_what_a_user_works_with_is_kept_and_worded_plainly(said, fact):
+    assert fact in [t for t, _ in _facts(said)]
+
+
+def test_moving_somewhere_or_a_day_off_is_not_a_tool():
+    assert all("uses" not in t for t, _ in _facts("We moved to Berlin last year."))
+    assert all("uses" not in t for t, _ in _facts("I'm on Fridays off, by the way. We're on June leave."))
+    assert all("uses" not in t for t, _ in _facts("I'm on a diet."))
+
+
+def test_as_i_said_is_not_a_fact_about_saying():
+    assert all("said" not in t for t, _ in _facts("As I said, Django and Postgres."))
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("The user's team uses Postgres for everything.", "The user's team now uses PlanetScale."),
+        # A stored fact that was itself a switch is replaced by the next switch.
+        ("The user's team now uses MySQL.", "The user's team now uses PlanetScale."),
+    ],
+)
+def test_a_switch_of_tool_contradicts_the_one_before(old, new):
+    assert offline.classify(old, new) == "CONTRADICTS"

@@ -30,8 +30,10 @@ _ALWAYS = re.compile(
     re.IGNORECASE,
 )
 _RATHER = re.compile(r"^(i|we)('d| would) rather\b", re.IGNORECASE)
+# "We migrated to X", "we switched again, to X", "we moved the app to X" (not "we moved to Berlin").
 _SWITCHED = re.compile(
-    r"^(i|we) (?:have |'ve |just |recently )?(?:migrated|switched|changed) (?:over )?"
+    r"^(i|we) (?:have |'ve |just |recently )?(?:(?:migrated|switched|changed)(?: over| again)?,?"
+    r"(?: (?:the|our|my) [\w-]+(?: [\w-]+)?)?|moved (?:the|our|my) [\w-]+(?: [\w-]+)?) "
     r"(?:from (?P<old>.+?) )?to (?P<new>.+)$",
     re.IGNORECASE,
 )
@@ -58,6 +60,19 @@ _FALLBACK = re.compile(
     r"allowed|on-prem|on prem|air-gapped|allergic)|(?P<preference>prefer|rather|would rather)"
     r"|(?P<goal>trying to|learning|planning to|plan to|want to learn|aim to))\b",
     re.IGNORECASE,
+)
+# The tools a user works with ("I code in VS Code mostly", "we deploy on Kubernetes"): a named tool
+# (a capitalised word) after a verb of use. The chit-chat the model learned from has none of these.
+# Capitalised words that are not names of tools: days, months, holidays.
+_NOT_A_TOOL = (
+    r"(?!(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|January|February|March|April|May|June|July|August|September"
+    r"|October|November|December|Christmas|Easter)"
+)
+_TOOL = re.compile(
+    r"^(?i:i|we)(?: (?i:mostly|usually|mainly|primarily|always|normally|now|still))? "
+    r"(?i:use|code in|write in|program in|develop in|work in|work with|build with|deploy (?:on|to)|host on|"
+    r"run on|am on|are on)"
+    r" (?:[a-z]+ ){0,2}" + _NOT_A_TOOL + r"(?:[A-Z][\w+#.-]*|[a-z]+[A-Z][\w+#.-]*)"
 )
 
 
@@ -113,9 +128,15 @@ _MOVED = re.compile(
 )
 
 
+# "We're on Postgres": the same fact as "we use Postgres", and worded so, so the two meet as neighbours.
+# Case matters after "on": a name ("Postgres"), not "on a diet" or "on Fridays".
+_ON_TOOL = re.compile(r"^(?i:(i|we)(?:'m| am|'re| are) (?:all |still |now )?on )(?=[A-Z])" + _NOT_A_TOOL)
+
+
 def _phrase(stated):
     """A first-person clause as a third-person fact (a few wordings get a clearer form)."""
     stated = _RATHER.sub(lambda m: f"{m[1]} prefer to", stated)
+    stated = _ON_TOOL.sub(lambda m: f"{m[1]} use ", stated)
     moved = _MOVED.match(re.sub(r"^I\b", "i", stated))
     if moved:
         return _finish(f"The user lives in {moved['place']}")
@@ -151,10 +172,13 @@ def extract_facts(text):
             # ("I prefer tabs") or a stated goal ("I'm trying to learn Rust") is kept even when the model,
             # trained on chit-chat, is unsure: these are what an assistant most needs to remember.
             cue = _FALLBACK.search(stated)
-            if not kept and cue is None:
+            tool = cue is None and _TOOL.match(stated.replace("I'm on", "I am on").replace("We're on", "We are on"))
+            if not kept and cue is None and not tool:
                 continue
             if cue is not None and not kept:
                 kind = next(k for k, v in cue.groupdict().items() if v)
+            elif tool and not kept:
+                kind = "profile"
             fact = _phrase(stated)
             if fact:
                 if _CONSTRAINT_CUE.search(stated):
@@ -243,8 +267,12 @@ _CONTENT_STOP = set(
 )
 
 
+# Ways of saying "uses" a tool, so "is on Postgres" and "now uses PlanetScale" share a frame.
+_USES = re.compile(r"\b(?:(?:is|are|am|runs?|running|relies|rely) on|uses|using)\b")
+
+
 def _content(text):
-    words = re.findall(r"[a-z0-9']+", text.casefold())
+    words = re.findall(r"[a-z0-9']+", _USES.sub("use", text.casefold()))
     return {_stem(w) for w in words if w not in _CONTENT_STOP and not _NEGATION.fullmatch(w)}
 
 
@@ -270,7 +298,8 @@ def _rule(old, new):
     if _STILL.search(new) and not _STILL.search(old) and overlap >= 0.8 and not _names_differ(old, new):
         return "DUPLICATE"  # "is training for a marathon" / "is still training for that marathon"
     value = b - a - {_stem(w) for w in _CHANGED.findall(new.casefold())} - {"now", "instead", "longer"}
-    if _CHANGED.search(new) and not _CHANGED.search(old) and overlap >= 0.25 and value:
+    # A stored fact that was itself a change ("now uses MySQL") is replaced by a newer one naming another value.
+    if _CHANGED.search(new) and (not _CHANGED.search(old) or _names_differ(old, new)) and overlap >= 0.25 and value:
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
     return None
 

@@ -32,7 +32,7 @@ TRANSIENT = re.compile(
 _FILLER = re.compile(
     r"^(also|and|but|so|oh|ok|okay|well|btw|by the way|fyi|just so you know|for context|for the record|"
     r"personally|honestly|actually|basically|note that|heads up|anyway|ah|hi|hello|hey|thanks|yes|yeah|no|lol|"
-    r"haha|wow|sure)\b[,:!.]?\s*",
+    r"haha|wow|sure|as i (?:said|mentioned)|like i (?:said|mentioned)|as mentioned|again)\b[,:!.]?\s*",
     re.IGNORECASE,
 )
 _TRAILING_FILLER = re.compile(
@@ -85,6 +85,12 @@ _IMPLICIT_BE = re.compile(
     re.I,
 )
 _IMPLICIT_VERB = re.compile(r"^((?:still|also|really|totally|absolutely) )?(love|like|hate|enjoy|prefer)\b", re.I)
+# "Django/Postgres shop here.", "Rust developer here.": who the speaker (or their team) is.
+_HERE = re.compile(
+    r"^(?:(?:a|an|just a|just an) )?(?P<what>[\w/+#.-]+(?: [\w/+#.-]+){0,2}) "
+    r"(?P<who>shop|team|house|company|startup|user|developer|dev|engineer|programmer|person|fan) here$",
+    re.I,
+)
 
 
 def from_subject(clause):
@@ -93,6 +99,11 @@ def from_subject(clause):
     A clause with no subject that reads as the speaker's ("Still training for it", "Love hiking")
     gets "I" back.
     """
+    here = _HERE.match(clause)
+    if here:
+        who = "We're" if here["who"].lower() in ("shop", "team", "house", "company", "startup") else "I'm"
+        article = "an" if here["what"][:1].lower() in "aeiou" else "a"
+        return f"{who} {article} {here['what']} {here['who']}"
     lead = _SUBJECT.search(clause)
     if lead is None or len(clause[: lead.start()].split()) > 4:
         implicit = "I'm" if _IMPLICIT_BE.match(clause) else "I" if _IMPLICIT_VERB.match(clause) else None

@@ -246,7 +246,7 @@ def test_supersession_scenario_catches_a_write_path_that_forgets_to_supersede(mo
 
     assert not result.passed
     checks = {f.check for f in result.failures}
-    assert "live count" in checks and 'superseded contains "PostgreSQL"' in checks
+    assert "live count" in checks and 'superseded contains "Postgres"' in checks
 
 
 @pytest.mark.django_db
@@ -366,3 +366,30 @@ def test_scenario_format_errors_name_the_path_and_what_was_found(data, message):
     with pytest.raises(evaluation.ScenarioError) as caught:
         evaluation.parse_scenario(data, source="x.json", backend="offline")
     assert str(caught.value) == f"x.json: {message}"
+
+
+@pytest.mark.django_db
+def test_a_scenario_for_other_backends_is_reported_not_applicable_and_counted_apart(tmp_path):
+    model_only = json.loads(json.dumps(DB_CHANGE))
+    model_only["name"] = "about a model's answer"
+    model_only["backends"] = ["scripted", "anthropic"]
+    model_only["steps"][4]["expect"]["live"]["count"] = 7  # would fail if it ran
+    report_path = tmp_path / "r.json"
+    out, failed = run_command(
+        write(tmp_path, "a", DB_CHANGE), write(tmp_path, "b", model_only), "--backend", "offline", "--json", report_path
+    )
+    summary = json.loads(report_path.read_text())["summary"]
+    assert (summary["passed"] + summary["failed"], summary["not_applicable"], summary["total"]) == (1, 1, 2)
+    assert "not applicable: about a model's answer (backends: scripted, anthropic)" in out
+    assert "not applicable to offline" in out.rstrip().splitlines()[-1]
+    # Under a backend it names, the same scenario runs (and fails on its impossible count).
+    out, failed = run_command(write(tmp_path, "b", model_only), "--backend", "scripted")
+    assert failed and "FAILED about a model's answer" in out
+
+
+def test_a_scenario_naming_an_unknown_backend_is_a_format_error():
+    data = {"name": "n", "backends": ["gpt"], "steps": [{"erase": {"user": "a"}}]}
+    with pytest.raises(evaluation.ScenarioError, match=r"backends\[0\]"):
+        evaluation.parse_scenario(data, source="x.json")
+    with pytest.raises(evaluation.ScenarioError, match="backends"):
+        evaluation.parse_scenario({**data, "backends": []}, source="x.json")

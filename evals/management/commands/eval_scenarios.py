@@ -39,6 +39,18 @@ class Command(BaseCommand):
         for line in evaluation.format_metrics(report):
             self.stdout.write(line)
         summary = report["summary"]
-        self.stdout.write(f"{summary['passed']} passed, {summary['failed']} failed")
+        line = f"{summary['passed']} passed, {summary['failed']} failed"
+        if summary["not_applicable"]:
+            # Both shares, so a skipped scenario never quietly raises the score.
+            applicable = summary["passed"] + summary["failed"]
+            line += (
+                f", {summary['not_applicable']} not applicable to {backend} "
+                f"({summary['passed']}/{summary['total']} of all, {summary['passed']}/{applicable} of the applicable)"
+            )
+            for s in report["not_applicable"]:
+                self.stdout.write(
+                    f"not applicable: {s['name']} (backends: {', '.join(s['backends'])})  [{s['source']}]"
+                )
+        self.stdout.write(line)
         if summary["failed"]:
             raise CommandError(f"{summary['failed']} scenario(s) failed", returncode=1)
