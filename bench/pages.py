@@ -181,14 +181,35 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Gunicorn:
-    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database."""
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
-    def __init__(self, workers=2):
+
+def redis_for_server(requested=None):
+    """The Redis the server should use (as in a multi-worker deployment: shared cache, cached
+    sessions), or None when none answers: the server then runs on the local-memory cache."""
+    if requested == "off":
+        return None
+    url = requested or os.environ.get("REDIS_URL") or LOCAL_REDIS
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except Exception:  # noqa: BLE001 - no Redis is a configuration to measure, not an error
+        return None
+    return url
+
+
+class Gunicorn:
+    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database,
+    with `redis_url` as its cache (and so the cached session engine) when given."""
+
+    def __init__(self, workers=2, redis_url=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w", prefix="bench-pages-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+        if redis_url:
+            env["REDIS_URL"] = redis_url
         env.update(
             DATABASE_URL=database_url(),
             DEBUG="false",
@@ -201,6 +222,9 @@ class Gunicorn:
         gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
         cmd = [gunicorn, "memoryapp.wsgi:application", "-w", str(workers), "-b", f"127.0.0.1:{self.port}"]
         cmd += ["--log-level", "warning", "--timeout", "120"]
+        # The server's own time per request (µs, %(D)s), apart from the queueing the client sees.
+        self.access = tempfile.NamedTemporaryFile("w", prefix="bench-pages-access-", suffix=".log", delete=False)
+        cmd += ["--access-logfile", self.access.name, "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]
         self.proc = subprocess.Popen(cmd, cwd=benchmarks.BASE_DIR, env=env, stdout=self.log, stderr=self.log)
 
     def wait_ready(self, timeout=120):
@@ -216,9 +240,25 @@ class Gunicorn:
                 time.sleep(0.3)
         raise RuntimeError(f"gunicorn did not answer within {timeout} s; see {self.log.name}")
 
+    def access_mark(self):
+        """Where the access log ends now: server_times() reads what comes after."""
+        return os.path.getsize(self.access.name)
+
+    def server_times(self, mark, path):
+        """Percentiles (s) of the server's own time for the requests to `path` logged since `mark`."""
+        with open(self.access.name) as log:
+            log.seek(mark)
+            times = sorted(int(f[3]) / 1e6 for f in (line.split() for line in log) if len(f) == 4 and f[1] == path)
+        if not times:
+            return {"server_p50": None, "server_p95": None}
+        pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+        return {"server_p50": pick(0.50), "server_p95": pick(0.95)}
+
     def stop(self):
         benchmarks.stop_processes([self.proc], timeout=30)
         self.log.close()
+        self.access.close()
+        os.unlink(self.access.name)
 
 
 def check_target(base, target):
