@@ -18,7 +18,8 @@ class Command(BaseCommand):
         parser.add_argument("--tool", choices=("auto", "wrk", "python"), default="auto")
         parser.add_argument("--json", dest="json_path", help="write the results here")
         parser.add_argument(
-            "--redis", help="the server's cache and session store (default: REDIS_URL, else the local Redis if up; 'off': none)"
+            "--redis",
+            help="the server's cache and session store (default: REDIS_URL, else the local Redis if up; 'off': none)",
         )
         parser.add_argument("--smoke", action="store_true", help="20 facts, 1 and 2 clients, 1 s each")
 
@@ -100,7 +101,9 @@ class Command(BaseCommand):
             f"load from {tool} in another process; load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}\n"
         )
         self.stdout.write(
-            benchmarks.table(["page", "clients", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server p95 ms", "x ceiling"], rows)
+            benchmarks.table(
+                ["page", "clients", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server p95 ms", "x ceiling"], rows
+            )
             + "\n"
         )
         benchmarks.write_json(o["json_path"], results)

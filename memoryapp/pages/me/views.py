@@ -9,7 +9,7 @@ from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Case, Count, IntegerField, Value, When
+from django.db.models import Case, Count, Func, IntegerField, Value, When
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -428,9 +428,15 @@ def conversation(request, session_id):
         .select_related("fact")
         .order_by("created_at", "position")
     )
-    source_ordinals = set()
-    for f in MemoryFact.objects.for_user(request.user).filter(source_session=session).only("source_turns"):
-        source_ordinals.update(f.source_turns)
+    # The messages facts were learned from, unnested in SQL: one row per message, not per fact
+    # (a conversation can be the source of hundreds of facts).
+    source_ordinals = set(
+        MemoryFact.objects.for_user(request.user)
+        .filter(source_session=session)
+        .annotate(ordinal=Func("source_turns", function="unnest", output_field=IntegerField()))
+        .values_list("ordinal", flat=True)
+        .distinct()
+    )
     turns = Turn.objects.for_user(request.user).filter(session=session).order_by("ordinal")
     context = {
         "s": session,
