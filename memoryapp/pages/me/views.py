@@ -178,7 +178,10 @@ def memory(request):
         shown = shown.filter(kind=kind)
     # Kind order first (always-on kinds lead), newest confirmation next: pages split across kinds cleanly.
     rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
-    page = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE).get_page(request.GET.get("page"))
+    paginator = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE)
+    if not query:  # the counts by kind already say how many there are: no second COUNT(*)
+        paginator.count = counts.get(kind, 0) if kind else sum(counts.values())
+    page = paginator.get_page(request.GET.get("page"))
     groups = []
     for fact in page:
         if not groups or groups[-1]["kind"] != fact.kind:
@@ -426,6 +429,7 @@ def conversation(request, session_id):
     logs = (
         RecallLog.objects.filter(user=request.user, session=session)
         .select_related("fact")
+        .defer("fact__embedding")
         .order_by("created_at", "position")
     )
     # The messages facts were learned from, unnested in SQL: one row per message, not per fact
