@@ -321,6 +321,29 @@ def load(base, target, clients, seconds, tool):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def cpu_per_request(target, requests=200):
+    """CPU ms this process spends per request of `target` through Django's test client (session,
+    middleware, queries' Python side, rendering; not the database server): a measure that shared
+    load moves far less than throughput. Skips the API target (no cookie)."""
+    path, method, _, headers, expect = target
+    cookie = headers.get("Cookie")
+    if method != "GET":
+        return None
+    client = Client()
+    if cookie:
+        name, value = cookie.split("=", 1)
+        client.cookies[name] = value
+    response = client.get(path)
+    if response.status_code != 200 or expect not in response.content.decode():
+        raise RuntimeError(f"{path} did not answer 200 with its content in process (status {response.status_code})")
+    for _ in range(20):  # warm: templates, connections, caches
+        client.get(path)
+    start = time.process_time()
+    for _ in range(requests):
+        client.get(path)
+    return (time.process_time() - start) * 1000 / requests
+
+
 def pick_tool(requested):
     """'wrk' when asked for (or 'auto') and installed, else the Python generator; plus a note for the user."""
     if requested in ("auto", "wrk") and shutil.which("wrk"):

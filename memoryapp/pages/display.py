@@ -200,7 +200,7 @@ def org_fact_item(fact, actions=None):
         f'<li class="fact" id="fact-{fid}">\n  <div class="fact-head">\n  <div class="fact-body">',
         f'  <div class="text">{text}</div>\n  <div class="meta">',
         f"    <span>{escape(who)}</span>",
-        f'    <span><time datetime="{date_format(created, "c")}">{date_format(created, DATE_FORMAT)}</time></span>',
+        f'    <span><time datetime="{created.isoformat()}">{date_format(created, DATE_FORMAT)}</time></span>',
     ]
     if fact.confirmation_count > 1:
         out.append(f"    <span>Heard again {how_many_times(fact.confirmation_count - 1)}</span>")

@@ -22,6 +22,13 @@ class Command(BaseCommand):
             help="the server's cache and session store (default: REDIS_URL, else the local Redis if up; 'off': none)",
         )
         parser.add_argument("--smoke", action="store_true", help="20 facts, 1 and 2 clients, 1 s each")
+        parser.add_argument(
+            "--cpu",
+            type=int,
+            default=0,
+            metavar="N",
+            help="also measure CPU ms per request in this process (test client, N requests per page), no server",
+        )
 
     def handle(self, *args, **o):
         if o["smoke"]:
@@ -36,9 +43,14 @@ class Command(BaseCommand):
         server = None
         redis_url = None
         runs = []
+        cpu = {}
         try:
             # As in production (scripts/run): the server uses WhiteNoise's hashed manifest.
             call_command("collectstatic", interactive=False, verbosity=0)
+            if o["cpu"]:
+                for name, target in seeded.targets.items():
+                    err.write(f"{name}: CPU per request in process…")
+                    cpu[name] = pb.cpu_per_request(target, o["cpu"])
             redis_url = pb.redis_for_server(o["redis"])
             if redis_url is None:
                 err.write("no Redis answered: the server runs on the local-memory cache and database sessions")
@@ -81,6 +93,7 @@ class Command(BaseCommand):
             "facts": o["facts"],
             "seconds_per_run": o["seconds"],
             "runs": runs,
+            "cpu_ms_per_request": cpu,
         }
         rows = [
             [
@@ -106,4 +119,8 @@ class Command(BaseCommand):
             )
             + "\n"
         )
+        if cpu:
+            self.stdout.write("\nCPU ms per request in this process (Django test client, database sessions)\n")
+            rows = [[name, "-" if v is None else f"{v:.2f}"] for name, v in cpu.items()]
+            self.stdout.write(benchmarks.table(["page", "CPU ms"], rows) + "\n")
         benchmarks.write_json(o["json_path"], results)
