@@ -185,8 +185,8 @@ LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def redis_for_server(requested=None):
-    """The Redis the server should use (as in a multi-worker deployment: shared cache, cached
-    sessions), or None when none answers: the server then runs on the local-memory cache."""
+    """The Redis the server should use (as a multi-worker deployment does, for its shared cache),
+    or None when none answers: the server then runs on the local-memory cache."""
     if requested == "off":
         return None
     url = requested or os.environ.get("REDIS_URL") or LOCAL_REDIS
@@ -201,7 +201,7 @@ def redis_for_server(requested=None):
 
 class Gunicorn:
     """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database,
-    with `redis_url` as its cache (and so the cached session engine) when given."""
+    with `redis_url` as its cache when given."""
 
     def __init__(self, workers=2, redis_url=None):
         self.port = free_port()
@@ -226,6 +226,12 @@ class Gunicorn:
         self.access = tempfile.NamedTemporaryFile("w", prefix="bench-pages-access-", suffix=".log", delete=False)
         cmd += ["--access-logfile", self.access.name, "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]
         self.proc = subprocess.Popen(cmd, cwd=benchmarks.BASE_DIR, env=env, stdout=self.log, stderr=self.log)
+        # What the server really runs, read from its own settings (not inferred from ours).
+        ask = "import django; django.setup(); from django.conf import settings as s; print(s.SESSION_ENGINE)"
+        engine = subprocess.run(
+            [sys.executable, "-c", ask], cwd=benchmarks.BASE_DIR, env=env, capture_output=True, text=True, check=True
+        )
+        self.session_engine = engine.stdout.strip().rsplit(".", 1)[-1]
 
     def wait_ready(self, timeout=120):
         deadline = time.monotonic() + timeout

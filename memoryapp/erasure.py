@@ -71,7 +71,7 @@ def _login_sessions(user_id):
 
 
 def _forget_cached_sessions(session_keys):
-    """Drop the cache's copies of these sign-in sessions (the cached_db engine reads them first)."""
+    """Drop cached copies of these sign-in sessions, for a cache-backed SESSION_ENGINE (a no-op for db)."""
     store = import_module(settings.SESSION_ENGINE).SessionStore
     prefix = getattr(store, "cache_key_prefix", None)
     if prefix is not None and session_keys:

@@ -120,17 +120,15 @@ DATABASE_ROUTERS = ["memoryapp.replica.ReplicaRouter"]
 REPLICA_PIN_SECONDS = env_int("REPLICA_PIN_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- cache: rate limits and sign-in sessions -------------------------------
+# --- cache, used by rate limits ------------------------------------------
 REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-# Sign-in sessions: read from the cache, written through to the database (docs/security.md,
-# "Sign-in sessions"), so a signed-in page does not wait for the session row. Only on a cache
-# every process shares: with the per-process local-memory cache a session signed out (or erased)
-# in one worker would stay valid in another worker's copy until it expired.
-SESSION_ENGINE = "django.contrib.sessions.backends." + ("cached_db" if REDIS_URL else "db")
+# Sign-in sessions stay in the database (the default engine). cached_db on Redis was measured for
+# issue 19 and saved nothing per page (docs/benchmarks.md, "Pages"); erasure also clears the cached
+# copies should a deployment choose a cache-backed engine (docs/security.md, "Sign-in sessions").
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -19,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", help="write the results here")
         parser.add_argument(
             "--redis",
-            help="the server's cache and session store (default: REDIS_URL, else the local Redis if up; 'off': none)",
+            help="the server's cache (default: REDIS_URL, else the local Redis if up; 'off': none)",
         )
         parser.add_argument("--smoke", action="store_true", help="20 facts, 1 and 2 clients, 1 s each")
         parser.add_argument(
@@ -53,7 +53,7 @@ class Command(BaseCommand):
                     cpu[name] = pb.cpu_per_request(target, o["cpu"])
             redis_url = pb.redis_for_server(o["redis"])
             if redis_url is None:
-                err.write("no Redis answered: the server runs on the local-memory cache and database sessions")
+                err.write("no Redis answered: the server runs on the local-memory cache")
             server = pb.Gunicorn(o["workers"], redis_url)
             server.wait_ready()
             for target in seeded.targets.values():
@@ -87,8 +87,8 @@ class Command(BaseCommand):
             "smoke": o["smoke"],
             "tool": tool,
             "gunicorn_workers": o["workers"],
-            # cached_db when the server had Redis (what a multi-worker deployment runs), db otherwise
-            "session_engine": "cached_db" if redis_url else "db",
+            "session_engine": server.session_engine if server is not None else None,
+            "redis": bool(redis_url),
             "load_average": {"start": load_start, "end": os.getloadavg()},
             "facts": o["facts"],
             "seconds_per_run": o["seconds"],
