@@ -181,14 +181,35 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Gunicorn:
-    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database."""
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
-    def __init__(self, workers=2):
+
+def redis_for_server(requested=None):
+    """The Redis the server should use (as a multi-worker deployment does, for its shared cache),
+    or None when none answers: the server then runs on the local-memory cache."""
+    if requested == "off":
+        return None
+    url = requested or os.environ.get("REDIS_URL") or LOCAL_REDIS
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except Exception:  # noqa: BLE001 - no Redis is a configuration to measure, not an error
+        return None
+    return url
+
+
+class Gunicorn:
+    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database,
+    with `redis_url` as its cache when given."""
+
+    def __init__(self, workers=2, redis_url=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w", prefix="bench-pages-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+        if redis_url:
+            env["REDIS_URL"] = redis_url
         env.update(
             DATABASE_URL=database_url(),
             DEBUG="false",
@@ -201,7 +222,16 @@ class Gunicorn:
         gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
         cmd = [gunicorn, "memoryapp.wsgi:application", "-w", str(workers), "-b", f"127.0.0.1:{self.port}"]
         cmd += ["--log-level", "warning", "--timeout", "120"]
+        # The server's own time per request (µs, %(D)s), apart from the queueing the client sees.
+        self.access = tempfile.NamedTemporaryFile("w", prefix="bench-pages-access-", suffix=".log", delete=False)
+        cmd += ["--access-logfile", self.access.name, "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]
         self.proc = subprocess.Popen(cmd, cwd=benchmarks.BASE_DIR, env=env, stdout=self.log, stderr=self.log)
+        # What the server really runs, read from its own settings (not inferred from ours).
+        ask = "import django; django.setup(); from django.conf import settings as s; print(s.SESSION_ENGINE)"
+        engine = subprocess.run(
+            [sys.executable, "-c", ask], cwd=benchmarks.BASE_DIR, env=env, capture_output=True, text=True, check=True
+        )
+        self.session_engine = engine.stdout.strip().rsplit(".", 1)[-1]
 
     def wait_ready(self, timeout=120):
         deadline = time.monotonic() + timeout
@@ -216,9 +246,25 @@ class Gunicorn:
                 time.sleep(0.3)
         raise RuntimeError(f"gunicorn did not answer within {timeout} s; see {self.log.name}")
 
+    def access_mark(self):
+        """Where the access log ends now: server_times() reads what comes after."""
+        return os.path.getsize(self.access.name)
+
+    def server_times(self, mark, path):
+        """Percentiles (s) of the server's own time for the requests to `path` logged since `mark`."""
+        with open(self.access.name) as log:
+            log.seek(mark)
+            times = sorted(int(f[3]) / 1e6 for f in (line.split() for line in log) if len(f) == 4 and f[1] == path)
+        if not times:
+            return {"server_p50": None, "server_p95": None}
+        pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+        return {"server_p50": pick(0.50), "server_p95": pick(0.95)}
+
     def stop(self):
         benchmarks.stop_processes([self.proc], timeout=30)
         self.log.close()
+        self.access.close()
+        os.unlink(self.access.name)
 
 
 def check_target(base, target):
@@ -279,6 +325,29 @@ def load(base, target, clients, seconds, tool):
         cmd += ["--header", f"{k}: {v}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def cpu_per_request(target, requests=200):
+    """CPU ms this process spends per request of `target` through Django's test client (session,
+    middleware, queries' Python side, rendering; not the database server): a measure that shared
+    load moves far less than throughput. Skips the API target (no cookie)."""
+    path, method, _, headers, expect = target
+    cookie = headers.get("Cookie")
+    if method != "GET":
+        return None
+    client = Client()
+    if cookie:
+        name, value = cookie.split("=", 1)
+        client.cookies[name] = value
+    response = client.get(path)
+    if response.status_code != 200 or expect not in response.content.decode():
+        raise RuntimeError(f"{path} did not answer 200 with its content in process (status {response.status_code})")
+    for _ in range(20):  # warm: templates, connections, caches
+        client.get(path)
+    start = time.process_time()
+    for _ in range(requests):
+        client.get(path)
+    return (time.process_time() - start) * 1000 / requests
 
 
 def pick_tool(requested):

@@ -3,12 +3,14 @@
 import hashlib
 import hmac
 from collections import Counter
+from importlib import import_module
 
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
+from django.core.cache import caches
 from django.db import transaction
 from django.db.models import Q
 
@@ -66,6 +68,14 @@ def _login_sessions(user_id):
         except Exception:  # noqa: BLE001 - an undecodable session belongs to nobody we can name
             continue
     return ids
+
+
+def _forget_cached_sessions(session_keys):
+    """Drop cached copies of these sign-in sessions, for a cache-backed SESSION_ENGINE (a no-op for db)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    prefix = getattr(store, "cache_key_prefix", None)
+    if prefix is not None and session_keys:
+        caches[settings.SESSION_CACHE_ALIAS].delete_many([prefix + key for key in session_keys])
 
 
 def _admin_log_about(user_id):
@@ -146,7 +156,9 @@ def erase_user(user, requested_via):
         # When the person was staff: their access-log lines about others keep a receipt reference, not a name.
         SupportAccess.objects.filter(staff_id=user_id).update(staff=None, staff_name=f"erased account {ref[:12]}")
         counts["admin_log_entries"] = _admin_log_about(user_id).delete()[0]
-        counts["login_sessions"] = Session.objects.filter(session_key__in=_login_sessions(user_id)).delete()[0]
+        login_keys = _login_sessions(user_id)
+        counts["login_sessions"] = Session.objects.filter(session_key__in=login_keys).delete()[0]
+        _forget_cached_sessions(login_keys)
         # The account row cascades to every table keyed by user_id (sessions cascade to turns,
         # runs and recall logs; facts to their recall logs and forgetting entries).
         _, by_model = user.delete()

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Prefetch, Q, prefetch_related_objects
 
 from memoryapp import sessions, writing
 from memoryapp.models import (
@@ -131,6 +131,15 @@ def _window(turns, source_ordinals, context=CONTEXT_TURNS):
     return out, len(turns) - 1 - last
 
 
+def _external_ids(fact):
+    """The fact owner's external ids with their orgs, in one query, also cached on `fact.user` for the page."""
+    if not fact.user_id:
+        return []
+    ids = ExternalIdentity.objects.select_related("org").order_by("id")
+    prefetch_related_objects([fact], Prefetch("user__external_ids", queryset=ids))
+    return list(fact.user.external_ids.all())
+
+
 def fact_provenance(fact):
     """Everything support needs about one fact: source turns, run, chain, timeline and recalls."""
     session = fact.source_session
@@ -153,11 +162,7 @@ def fact_provenance(fact):
     recalls = RecallLog.objects.filter(fact=fact).select_related("session").order_by("-created_at", "-id")
     prov = FactProvenance(
         fact=fact,
-        external_ids=list(
-            ExternalIdentity.objects.filter(user_id=fact.user_id).select_related("org").order_by("id")
-            if fact.user_id
-            else []
-        ),
+        external_ids=_external_ids(fact),
         session=session,
         turns=turns,
         missing_turns=missing,

@@ -126,6 +126,9 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Sign-in sessions stay in the database (the default engine). cached_db on Redis was measured for
+# issue 19 and saved nothing per page (docs/benchmarks.md, "Pages"); erasure also clears the cached
+# copies should a deployment choose a cache-backed engine (docs/security.md, "Sign-in sessions").
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

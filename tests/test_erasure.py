@@ -358,3 +358,43 @@ def test_erase_user_command_by_username_and_by_external_id(org, bob, make_user):
         call_command("erase_user", "--org", org.slug, "--external-id", "bob", "--noinput")
     with pytest.raises(CommandError, match="username"):
         call_command("erase_user", "--noinput")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("engine", ["cached_db", "db"])
+def test_erasure_and_sign_out_leave_no_usable_session_in_the_cache(engine, make_user, settings):
+    """With the cached session engine (production with Redis) the cache holds a copy of each
+    sign-in session: erasure must drop it, and signing out must end it in every process."""
+    from importlib import import_module
+
+    from django.core.cache import caches
+    from django.urls import reverse
+
+    settings.SESSION_ENGINE = f"django.contrib.sessions.backends.{engine}"
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    cache = caches[settings.SESSION_CACHE_ALIAS]
+    cached = lambda key: getattr(store, "cache_key_prefix", None) and cache.get(store.cache_key_prefix + key)  # noqa: E731
+
+    person = make_user("session-person-7hq")
+    leaving = make_user("session-leaver-7hq")
+    browser, other = Client(), Client()
+    browser.force_login(person)
+    other.force_login(leaving)
+    assert browser.get(reverse("me:memory")).status_code == 200
+    key = browser.cookies[settings.SESSION_COOKIE_NAME].value
+    assert bool(cached(key)) == (engine == "cached_db")
+
+    erasure.erase_user(person, requested_via="self")
+
+    assert not cached(key), "the erased person's session is still in the cache"
+    assert not Session.objects.filter(session_key=key).exists()
+    assert browser.get(reverse("me:memory")).status_code == 302  # the old cookie signs nobody in
+
+    # Signing out ends the session for every worker: the cache copy goes with the row.
+    old = other.cookies[settings.SESSION_COOKIE_NAME].value
+    assert other.get(reverse("me:memory")).status_code == 200
+    other.post(reverse("logout"))
+    assert not cached(old)
+    replay = Client()
+    replay.cookies[settings.SESSION_COOKIE_NAME] = old
+    assert replay.get(reverse("me:memory")).status_code == 302

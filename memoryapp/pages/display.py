@@ -2,9 +2,15 @@
 and the person's own facts read in the second person."""
 
 import re
+import uuid
 from datetime import timedelta
 
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateformat import format as date_format
+from django.utils.dateparse import parse_datetime
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 # Always-on kinds first: they are in every prompt.
 KIND_ORDER = ["constraint", "profile", "preference", "goal"]
@@ -54,6 +60,13 @@ def how_long_ago(moment, now):
     return date_format(moment, DATE_FORMAT)
 
 
+def day(moment):
+    """The one date format (a datetime, or ISO text as in the export document); '' for none."""
+    if isinstance(moment, str):
+        moment = parse_datetime(moment)
+    return date_format(timezone.localtime(moment), DATE_FORMAT) if moment else ""
+
+
 def how_many_times(n):
     """1 -> 'once', 2 -> 'twice', else 'n times'."""
     return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")
@@ -93,3 +106,118 @@ def as_yours(text):
 
 def _inner_you(match):
     return "your" if match.group(0).lower().endswith(("'s", "’s")) else "you"
+
+
+# --- one of the person's facts, as a list item ------------------------------------------------
+# Written in Python rather than as a template partial: My memory shows 50 of these per page, and
+# the template engine spent ~2 ms on each (variable lookups, filters, a URL reversal per row).
+# It is the only rendering of the row: the list, a fact's history and the htmx answers use it.
+
+_ANY_ID = uuid.UUID(int=0)
+
+
+def urls_by_id(name, *args):
+    """A function from an id to the URL of route `name` (after `args`), reversing it once, not once per row."""
+    pattern = reverse(name, args=[*args, _ANY_ID])
+    return lambda object_id: pattern.replace(str(_ANY_ID), str(object_id))
+
+
+def fact_urls():
+    """A function from one of the person's fact ids to its page's URL."""
+    return urls_by_id("me:fact")
+
+
+def _learned(fact):
+    when = day(fact.created_at)
+    if fact.origin == "user":
+        return f"Your correction, {when}"
+    if fact.origin == "staff":
+        return f"Changed by support, {when}"
+    if fact.origin in ("agent", "mcp"):
+        return f"Added by your assistant, {when}"
+    return f"Learned {when}"
+
+
+def fact_item(fact, now, url, fresh=False, just_corrected=False, on_history=False):
+    """The <li> for one of the person's own facts: text, actions when live, where it came from, last use."""
+    fid = escape(fact.id)
+    text = escape(as_yours(fact.text or ""))
+    state = fact.state
+    out = [f'<li class="fact{" fresh" if fresh or just_corrected else ""}" id="fact-{fid}">\n  <div class="fact-head">']
+    out.append(f'    <p class="text">{text}</p>')
+    if state != "live":
+        out.append(f'    <span class="badge {state}">{"replaced" if state == "superseded" else state}</span>')
+    else:
+        href = escape(url)
+        history = "" if on_history else f'\n        <a href="{href}">History</a>'
+        out.append(
+            '    <details class="row-menu">\n'
+            f'      <summary aria-label="Actions for: {text}" title="Actions">'
+            '<span aria-hidden="true">⋯</span></summary>\n'
+            '      <div class="row-menu-panel">\n'
+            f'        <a href="{href}correct/" hx-get="{href}correct/" hx-target="#fact-{fid}" '
+            'hx-swap="outerHTML">Correct</a>'
+            f"{history}\n"
+            f'        <a class="destructive" href="{href}delete/" hx-get="{href}delete/" hx-target="#fact-{fid}" '
+            'hx-swap="outerHTML">Delete…</a>\n'
+            "      </div>\n    </details>"
+        )
+    out.append('  </div>\n  <div class="meta">')
+    out.append(f"    <span>{escape(_learned(fact))}</span>")
+    if fact.confirmation_count > 1:
+        out.append(f"    <span>Heard again {how_many_times(fact.confirmation_count - 1)}</span>")
+    recalled = fact.last_recalled_at
+    used = f"Last used {escape(how_long_ago(recalled, now))}" if recalled else "Not used in a conversation yet"
+    out.append(f"    <span>{used}</span>\n  </div>")
+    if just_corrected:
+        saved = "Saved. The assistant will use your version from now on."
+        out.append(f'  <p class="small ok-note" role="status">{saved}</p>')
+    out.append("</li>")
+    return mark_safe("\n".join(out))  # noqa: S308 - every value above is escaped
+
+
+def _person_name(user, gone):
+    if user is None:
+        return gone
+    return user.get_full_name() or user.username
+
+
+def org_fact_item(fact, actions=None):
+    """The <li> for one live org fact: text, who added, approved or corrected it, when; with
+    `actions` (edit URL, delete URL, CSRF token) the admin's menu."""
+    fid = escape(fact.id)
+    text = escape(fact.text)
+    admin = _person_name(fact.added_by, "a former admin")
+    proposal = getattr(fact, "proposal", None)
+    if proposal is not None:
+        who = f"Proposed by {_person_name(proposal.proposed_by, 'a former member')}, approved by {admin}"
+    elif getattr(fact, "is_correction", False):
+        who = f"Corrected by {admin}"
+    else:
+        who = f"Added by {admin}"
+    created = timezone.localtime(fact.created_at)
+    out = [
+        f'<li class="fact" id="fact-{fid}">\n  <div class="fact-head">\n  <div class="fact-body">',
+        f'  <div class="text">{text}</div>\n  <div class="meta">',
+        f"    <span>{escape(who)}</span>",
+        f'    <span><time datetime="{created.isoformat()}">{date_format(created, DATE_FORMAT)}</time></span>',
+    ]
+    if fact.confirmation_count > 1:
+        out.append(f"    <span>Heard again {how_many_times(fact.confirmation_count - 1)}</span>")
+    out.append("  </div>\n  </div>")
+    if actions is not None:
+        edit, delete, token = (escape(a) for a in actions)
+        out.append(
+            '  <details class="row-menu">\n'
+            f'    <summary aria-label="Actions for: {text}" title="Actions">'
+            '<span aria-hidden="true">⋯</span></summary>\n'
+            '    <div class="row-menu-panel">\n'
+            f'      <a href="{edit}" hx-get="{edit}" hx-target="#fact-{fid}" hx-swap="outerHTML">Correct</a>\n'
+            f'      <form method="post" action="{delete}" hx-post="{delete}" hx-target="#org-facts" '
+            'hx-swap="outerHTML" hx-confirm="Delete this org fact for every member?">\n'
+            f'        <input type="hidden" name="csrfmiddlewaretoken" value="{token}"><button type="submit" '
+            f'class="destructive">Delete<span class="visually-hidden"> “{text}”</span></button>\n'
+            "      </form>\n    </div>\n  </details>"
+        )
+    out.append("  </div>\n</li>")
+    return mark_safe("\n".join(out))  # noqa: S308 - every value above is escaped

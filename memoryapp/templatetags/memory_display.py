@@ -2,8 +2,6 @@
 
 from django import template
 from django.utils import timezone
-from django.utils.dateformat import format as date_format
-from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
 from memoryapp.pages import display
@@ -58,10 +56,40 @@ def org_kind_plural(kind):
 @register.filter
 def day(moment):
     """The one date format."""
+    return display.day(moment)
 
-    if isinstance(moment, str):  # ISO text, as in the export document
-        moment = parse_datetime(moment)
-    return date_format(timezone.localtime(moment), display.DATE_FORMAT) if moment else ""
+
+@register.simple_tag(takes_context=True)
+def fact_item(context, fact):
+    """One of the person's facts as a list item (display.fact_item), with what the page asked for."""
+    if "_fact_urls" not in context.render_context:  # reversed once per page, not once per row
+        context.render_context["_fact_urls"] = display.fact_urls()
+    urls = context.render_context["_fact_urls"]
+    highlight = context.get("highlight") or ""
+    return display.fact_item(
+        fact,
+        context.get("now") or timezone.now(),
+        urls(fact.id),
+        fresh=bool(highlight) and highlight == str(fact.id),
+        just_corrected=bool(context.get("just_corrected")),
+        on_history=bool(context.get("on_history")),
+    )
+
+
+@register.simple_tag(takes_context=True)
+def org_fact_item(context, fact):
+    """One live org fact as a list item (display.org_fact_item); the admin's menu for admins."""
+    actions = None
+    if context.get("is_admin"):
+        slug = context["org"].slug
+        if "_org_fact_urls" not in context.render_context:
+            context.render_context["_org_fact_urls"] = (
+                display.urls_by_id("org-fact-edit", slug),
+                display.urls_by_id("org-fact-delete", slug),
+            )
+        edit, delete = context.render_context["_org_fact_urls"]
+        actions = (edit(fact.id), delete(fact.id), str(context.get("csrf_token", "")))
+    return display.org_fact_item(fact, actions)
 
 
 @register.simple_tag

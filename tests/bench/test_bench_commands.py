@@ -206,7 +206,7 @@ def test_bench_write_smoke_through_a_real_worker(tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_bench_pages_smoke_under_gunicorn(tmp_path):
     path = tmp_path / "pages.json"
-    out, _ = run("bench_pages", "--smoke", "--json", str(path))
+    out, _ = run("bench_pages", "--smoke", "--cpu", "5", "--json", str(path))
     assert "x ceiling" in out
     data = json.loads(path.read_text())
     pages = {r["page"] for r in data["runs"]}
@@ -222,6 +222,14 @@ def test_bench_pages_smoke_under_gunicorn(tmp_path):
     assert len(data["runs"]) == len(pages) * 2
     for r in data["runs"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["p50"] <= r["p99"]
+        # The server's own time comes from its access log, one line per request: never above what
+        # the client waited in the worst case, and recorded for every page.
+        assert r["server_p95"] is not None and 0 < r["server_p50"] <= r["server_p95"] <= r["p99"] + 0.05
+    assert data["session_engine"] in ("cached_db", "db") and len(data["load_average"]["start"]) == 3
+    # In-process CPU per request: every page measured (the API, a POST, is not), each dearer than the trivial view.
+    cpu = data["cpu_ms_per_request"]
+    assert set(cpu) == pages and cpu["recall API (refresh)"] is None
+    assert all(cpu[p] > cpu["ceiling (healthz)"] > 0 for p in pages - {"ceiling (healthz)", "recall API (refresh)"})
     # Each page's ratio is its own throughput over the trivial view's at the same concurrency, and the
     # trivial view really is the ceiling: the recall API (an embedding and two statements) is slower.
     ceiling = {r["clients"]: r["rps"] for r in data["runs"] if r["page"] == "ceiling (healthz)"}

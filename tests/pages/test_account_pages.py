@@ -325,6 +325,24 @@ def test_conversation_detail_says_what_it_taught_and_was_given(as_alice, seeded)
     assert "memory-off conversation" in private
 
 
+def test_conversation_highlights_exactly_the_messages_facts_were_learned_from(as_alice, seeded):
+    import re
+
+    from django.utils.html import escape
+
+    session = seeded["first"]
+    sources = set()
+    for turns in MemoryFact.objects.filter(source_session=session).values_list("source_turns", flat=True):
+        sources.update(turns)
+    assert sources, "the seeded conversation taught facts from its messages"
+    kept = {t.ordinal: t for t in session.turns.all()}
+    expected = sorted(escape(kept[o].content) for o in sources if kept[o].role == "user")
+    page = as_alice.get(f"/me/conversations/{session.id}/").content.decode()
+    shown = re.findall(r'<div class="turn source"><span class="role">You</span>(.*?)</div>', page, re.S)
+    assert sorted(shown) == expected
+    assert page.count('class="turn ') == len(kept)  # every kept message is shown, highlighted or not
+
+
 # --- Memory switch ------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The number of SQL queries behind a page must not grow with the number of facts (no N+1):
 the end user's pages (memory list, search, kind filter, a later page, a fact's history, conversations,
-data and privacy), a fact's provenance page in the console, and the recall API, at 10 and 1,000 facts
-(the per-user limit)."""
+data and privacy), a fact's provenance page in the console, the org memory page (as a member and as
+an admin) and the recall API, at 10 and 1,000 facts (the per-user limit) and as many org facts."""
 
 import json
 
@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryapp import clock, embeddings, sessions, writing
-from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, Turn
+from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, OrgFactProposal, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,48 @@ def memory_of(org, make_user, n):
     return user, newer
 
 
+def org_memory_of(org, admin, proposer, n):
+    """`n` more live org facts: some approved from a member's proposal, one a correction of an older one."""
+    facts = MemoryFact.objects.bulk_create(
+        MemoryFact(
+            org=org,
+            scope=MemoryFact.Scope.ORG,
+            text=f"The team uses tool number {i} ({n}).",
+            kind=KINDS[i % 4],
+            embedding=np.eye(384, dtype=np.float32)[i % 384],
+            embedding_model=embeddings.model_name(),
+            origin=MemoryFact.Origin.ORG_ADMIN,
+            added_by=admin,
+        )
+        for i in range(n)
+    )
+    OrgFactProposal.objects.bulk_create(
+        OrgFactProposal(
+            org=org,
+            proposed_by=proposer,
+            text=f.text,
+            kind=f.kind,
+            fact=f,
+            status=OrgFactProposal.Status.APPROVED,
+            decided_at=clock.now(),
+        )
+        for f in facts[::3]
+    )
+    older = MemoryFact.objects.create(
+        org=org,
+        scope=MemoryFact.Scope.ORG,
+        text=f"The team deploys on Fridays ({n}).",
+        kind="profile",
+        embedding=np.eye(384, dtype=np.float32)[0],
+        embedding_model=embeddings.model_name(),
+        origin=MemoryFact.Origin.ORG_ADMIN,
+    )
+    older.superseded_by = facts[-1]
+    older.superseded_at = clock.now()
+    older.supersede_reason = "corrected"
+    older.save()
+
+
 def count(request):
     request()  # warm caches that are per process, not per page (content types, key last-used)
     with CaptureQueriesContext(connection) as ctx:
@@ -73,13 +115,16 @@ def count(request):
 @pytest.fixture
 def measure(org, make_user):
     staff = make_user("support-person", is_staff=True)
+    admin = make_user("org-admin", org=org, role="admin")
     _, key = sessions.create_api_key(org, "queries")
 
     def pages(n):
         user, fact = memory_of(org, make_user, n)
-        as_user, as_staff, agent = Client(), Client(), Client()
+        org_memory_of(org, admin, user, n)
+        as_user, as_staff, as_admin, agent = Client(), Client(), Client(), Client()
         as_user.force_login(user)
         as_staff.force_login(staff)
+        as_admin.force_login(admin)
         agent_session = sessions.open_session(org, user)
         body = json.dumps({"session": str(agent_session.id), "message": "what did I note?", "refresh": True})
         return {
@@ -91,6 +136,8 @@ def measure(org, make_user):
             "conversation": count(lambda: as_user.get(reverse("me:conversation", args=[fact.source_session_id]))),
             "data and privacy": count(lambda: as_user.get(reverse("me:data"))),
             "fact provenance": count(lambda: as_staff.get(reverse("console-fact", args=[fact.id]))),
+            "org memory, member": count(lambda: as_user.get(reverse("org-memory", args=[org.slug]))),
+            "org memory, admin": count(lambda: as_admin.get(reverse("org-memory", args=[org.slug]))),
             "recall API": count(
                 lambda: agent.post(
                     "/api/v1/recall", body, content_type="application/json", headers={"Authorization": f"Bearer {key}"}

@@ -1,3 +1,5 @@
+import os
+
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
@@ -15,11 +17,23 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
         parser.add_argument("--tool", choices=("auto", "wrk", "python"), default="auto")
         parser.add_argument("--json", dest="json_path", help="write the results here")
+        parser.add_argument(
+            "--redis",
+            help="the server's cache (default: REDIS_URL, else the local Redis if up; 'off': none)",
+        )
         parser.add_argument("--smoke", action="store_true", help="20 facts, 1 and 2 clients, 1 s each")
+        parser.add_argument(
+            "--cpu",
+            type=int,
+            default=0,
+            metavar="N",
+            help="also measure CPU ms per request in this process (test client, N requests per page), no server",
+        )
 
     def handle(self, *args, **o):
         if o["smoke"]:
             o.update(facts=20, clients="1,2", seconds=1)
+        load_start = os.getloadavg()
         levels = [int(c) for c in o["clients"].split(",") if c.strip()]
         tool, note = pb.pick_tool(o["tool"])
         err = self.stderr
@@ -27,11 +41,20 @@ class Command(BaseCommand):
             err.write(note)
         seeded = pb.seed(o["facts"], benchmarks.Progress("seeding facts", o["facts"], err))
         server = None
+        redis_url = None
         runs = []
+        cpu = {}
         try:
             # As in production (scripts/run): the server uses WhiteNoise's hashed manifest.
             call_command("collectstatic", interactive=False, verbosity=0)
-            server = pb.Gunicorn(o["workers"])
+            if o["cpu"]:
+                for name, target in seeded.targets.items():
+                    err.write(f"{name}: CPU per request in process…")
+                    cpu[name] = pb.cpu_per_request(target, o["cpu"])
+            redis_url = pb.redis_for_server(o["redis"])
+            if redis_url is None:
+                err.write("no Redis answered: the server runs on the local-memory cache")
+            server = pb.Gunicorn(o["workers"], redis_url)
             server.wait_ready()
             for target in seeded.targets.values():
                 pb.check_target(server.base, target)
@@ -41,8 +64,10 @@ class Command(BaseCommand):
                 ceiling = None
                 for name, target in seeded.targets.items():
                     err.write(f"{name}: {clients} client(s) for {o['seconds']} s…")
+                    mark = server.access_mark()
                     result = pb.load(server.base, target, clients, o["seconds"], tool)
                     pb.drain(server.base)
+                    result.update(server.server_times(mark, target[0]))
                     if ceiling is None:
                         ceiling = result["rps"]
                     runs.append(
@@ -62,9 +87,13 @@ class Command(BaseCommand):
             "smoke": o["smoke"],
             "tool": tool,
             "gunicorn_workers": o["workers"],
+            "session_engine": server.session_engine if server is not None else None,
+            "redis": bool(redis_url),
+            "load_average": {"start": load_start, "end": os.getloadavg()},
             "facts": o["facts"],
             "seconds_per_run": o["seconds"],
             "runs": runs,
+            "cpu_ms_per_request": cpu,
         }
         rows = [
             [
@@ -75,15 +104,23 @@ class Command(BaseCommand):
                 benchmarks.ms(r["p95"]),
                 benchmarks.ms(r["p99"]),
                 r["errors"],
+                benchmarks.ms(r["server_p95"]) if r["server_p95"] is not None else "-",
                 r["ratio_to_ceiling"],
             ]
             for r in runs
         ]
         self.stdout.write(
-            f"\ngunicorn, {o['workers']} workers, DEBUG off, loopback; load from {tool} in another process\n"
+            f"\ngunicorn, {o['workers']} workers, DEBUG off, loopback, {results['session_engine']} sessions; "
+            f"load from {tool} in another process; load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}\n"
         )
         self.stdout.write(
-            benchmarks.table(["page", "clients", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "x ceiling"], rows)
+            benchmarks.table(
+                ["page", "clients", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server p95 ms", "x ceiling"], rows
+            )
             + "\n"
         )
+        if cpu:
+            self.stdout.write("\nCPU ms per request in this process (Django test client, database sessions)\n")
+            rows = [[name, "-" if v is None else f"{v:.2f}"] for name, v in cpu.items()]
+            self.stdout.write(benchmarks.table(["page", "CPU ms"], rows) + "\n")
         benchmarks.write_json(o["json_path"], results)

@@ -92,10 +92,9 @@ def paginate(rows, request, per_page=PER_PAGE):
     return Page(chunk[:per_page], number, len(chunk) > per_page)
 
 
-def _fact_or_404(fact_id):
-    return get_object_or_404(
-        MemoryFact.objects.select_related("user", "org", "source_session", "extraction_run", "added_by"), id=fact_id
-    )
+def _fact_or_404(fact_id, vector=True):
+    facts = MemoryFact.objects.select_related("user", "org", "source_session", "extraction_run", "added_by")
+    return get_object_or_404(facts if vector else facts.defer("embedding"), id=fact_id)
 
 
 def _session_or_404(session_id):
@@ -146,7 +145,7 @@ def find(request):
 @staff_only
 @require_GET
 def fact(request, fact_id):
-    fact = _fact_or_404(fact_id)
+    fact = _fact_or_404(fact_id, vector=False)
     support_access.record(request.user, fact.user_id, f"fact {fact.id}")
     prov = provenance.fact_provenance(fact)
     context = {"prov": prov, "fact": fact, "restorable": _restorable(fact, clock.now()), "section": "find"}

@@ -9,7 +9,7 @@ from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Case, Count, IntegerField, Value, When
+from django.db.models import Case, Count, Func, IntegerField, Value, When
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -178,7 +178,10 @@ def memory(request):
         shown = shown.filter(kind=kind)
     # Kind order first (always-on kinds lead), newest confirmation next: pages split across kinds cleanly.
     rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
-    page = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE).get_page(request.GET.get("page"))
+    paginator = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE)
+    if not query:  # the counts by kind already say how many there are: no second COUNT(*)
+        paginator.count = counts.get(kind, 0) if kind else sum(counts.values())
+    page = paginator.get_page(request.GET.get("page"))
     groups = []
     for fact in page:
         if not groups or groups[-1]["kind"] != fact.kind:
@@ -426,11 +429,18 @@ def conversation(request, session_id):
     logs = (
         RecallLog.objects.filter(user=request.user, session=session)
         .select_related("fact")
+        .defer("fact__embedding")
         .order_by("created_at", "position")
     )
-    source_ordinals = set()
-    for f in MemoryFact.objects.for_user(request.user).filter(source_session=session).only("source_turns"):
-        source_ordinals.update(f.source_turns)
+    # The messages facts were learned from, unnested in SQL: one row per message, not per fact
+    # (a conversation can be the source of hundreds of facts).
+    source_ordinals = set(
+        MemoryFact.objects.for_user(request.user)
+        .filter(source_session=session)
+        .annotate(ordinal=Func("source_turns", function="unnest", output_field=IntegerField()))
+        .values_list("ordinal", flat=True)
+        .distinct()
+    )
     turns = Turn.objects.for_user(request.user).filter(session=session).order_by("ordinal")
     context = {
         "s": session,
