@@ -191,7 +191,7 @@ def redis_for_server(requested=None):
         return None
     url = requested or os.environ.get("REDIS_URL") or LOCAL_REDIS
     try:
-        import redis
+        import redis  # here, not at the top: only this check needs it, and a run with --redis off never does
 
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
     except Exception:  # noqa: BLE001 - no Redis is a configuration to measure, not an error
