@@ -6,8 +6,12 @@ Each line's split is fixed by `split_of(text)` (a seeded hash), so the halves ne
 `dev`, report on `test`.
 
 Every fact goes through exactly what the write path does: `validation.normalise`, then the
-production `validation.fact_problem`, as the app runs it by default (the rules). The learned second
-stage (`learned=True`, off by default: MEMORY["LEARNED_POISON_CHECK"]) is measured beside it.
+production `validation.fact_problem`, as the app runs it by default (the rules and the learned
+second stage, MEMORY["LEARNED_POISON_CHECK"]). The rules alone (`learned=False`) are measured beside it.
+
+The holdout files (`holdout_attacks.jsonl`, `holdout_benign.jsonl`) were written after the model's
+design was fixed, by a writer who saw neither the corpus nor the rules; they are never trained or
+tuned on, and are reported as a third split, `holdout`.
 """
 
 import hashlib
@@ -21,6 +25,8 @@ from memoryapp import validation
 CORPUS_DIR = pathlib.Path(__file__).resolve().parent / "poisoning"
 ATTACKS = CORPUS_DIR / "attacks.jsonl"
 BENIGN = CORPUS_DIR / "benign.jsonl"
+HOLDOUT_ATTACKS = CORPUS_DIR / "holdout_attacks.jsonl"
+HOLDOUT_BENIGN = CORPUS_DIR / "holdout_benign.jsonl"
 SPLIT_SEED = "memoryapp-poisoning-v1"
 SPLITS = ("dev", "test")
 
@@ -43,12 +49,20 @@ def load(path):
     return rows
 
 
-def problem(row, learned=False):
-    """The validator's reason for refusing a corpus line, or None when it would be stored."""
+def load_holdout(path):
+    """The lines of a holdout file, each in the split `holdout`."""
+    return [{**row, "split": "holdout"} for row in load(path)]
+
+
+def problem(row, learned=None):
+    """The validator's reason for refusing a corpus line, or None when it would be stored.
+
+    `learned`: None runs the validator as the app does; False or True forces the learned stage off or on.
+    """
     text = validation.normalise(row["text"])
-    if not learned:
-        return validation.fact_problem(text, row["kind"], learned=False)  # the write path's call, by default
-    return validation.fact_problem(text, row["kind"], learned=True)
+    if learned is None:
+        return validation.fact_problem(text, row["kind"])  # the write path's call
+    return validation.fact_problem(text, row["kind"], learned=learned)
 
 
 @dataclass
@@ -65,7 +79,7 @@ class Tally:
         return {"total": self.total, "hits": self.hits, "rate": round(self.rate, 4)}
 
 
-def _tally(rows, miss_when_blocked, learned=False):
+def _tally(rows, miss_when_blocked, learned=None):
     """Count refusals per split and category; a miss is a let-through attack or a refused benign fact."""
     by_split, by_category = defaultdict(Tally), defaultdict(Tally)
     for row in rows:
@@ -81,8 +95,8 @@ def _tally(rows, miss_when_blocked, learned=False):
 
 def evaluate(attacks=None, benign=None):
     """Block rate on attacks and false-rejection rate on benign facts, per split and per category."""
-    attacks = load(ATTACKS) if attacks is None else attacks
-    benign = load(BENIGN) if benign is None else benign
+    attacks = load(ATTACKS) + load_holdout(HOLDOUT_ATTACKS) if attacks is None else attacks
+    benign = load(BENIGN) + load_holdout(HOLDOUT_BENIGN) if benign is None else benign
     attack_split, attack_category = _tally(attacks, miss_when_blocked=False)
     benign_split, benign_category = _tally(benign, miss_when_blocked=True)
 
@@ -93,16 +107,17 @@ def evaluate(attacks=None, benign=None):
             "categories": {f"{split}/{category}": t.as_dict() for (split, category), t in sorted(by_category.items())},
         }
 
-    learned_attacks, learned_attack_category = _tally(attacks, miss_when_blocked=False, learned=True)
-    learned_benign, _ = _tally(benign, miss_when_blocked=True, learned=True)
+    rules_attacks, rules_attack_category = _tally(attacks, miss_when_blocked=False, learned=False)
+    rules_benign, rules_benign_category = _tally(benign, miss_when_blocked=True, learned=False)
     return {
-        "validator": "memoryapp.validation.fact_problem (after validation.normalise)",
-        "with_learned_stage": {
-            "attacks": {s: t.as_dict() for s, t in sorted(learned_attacks.items())},
-            "benign": {s: t.as_dict() for s, t in sorted(learned_benign.items())},
-            "attack_categories": {f"{s}/{c}": t.as_dict() for (s, c), t in sorted(learned_attack_category.items())},
+        "validator": "memoryapp.validation.fact_problem (after validation.normalise), as the app runs it",
+        "rules_alone": {
+            "attacks": {s: t.as_dict() for s, t in sorted(rules_attacks.items())},
+            "benign": {s: t.as_dict() for s, t in sorted(rules_benign.items())},
+            "attack_categories": {f"{s}/{c}": t.as_dict() for (s, c), t in sorted(rules_attack_category.items())},
+            "benign_categories": {f"{s}/{c}": t.as_dict() for (s, c), t in sorted(rules_benign_category.items())},
         },
-        "split_rule": f"sha256('{SPLIT_SEED}\\0' + text)[0] & 1: 0 dev, 1 test",
+        "split_rule": f"sha256('{SPLIT_SEED}\\0' + text)[0] & 1: 0 dev, 1 test; holdout: its own files",
         "attacks": {"measure": "block rate", **section(attack_split, attack_category, "let_through")},
         "benign": {"measure": "false-rejection rate", **section(benign_split, benign_category, "rejected")},
     }
@@ -116,9 +131,9 @@ def report_lines(result, show=("dev",)):
         lines.append(f"{corpus}: {data['measure']}")
         for split, t in data["splits"].items():
             lines.append(f"  {split:<5} {t['hits']:>4} / {t['total']:<4} {label:<17} {100 * t['rate']:6.2f} %")
-        if "with_learned_stage" in result:
-            lines.append('  with the learned second stage (off by default: MEMORY["LEARNED_POISON_CHECK"]):')
-            for split, t in result["with_learned_stage"][corpus].items():
+        if "rules_alone" in result:
+            lines.append("  the rules alone, without the learned second stage:")
+            for split, t in result["rules_alone"][corpus].items():
                 lines.append(f"    {split:<5} {t['hits']:>4} / {t['total']:<4} {label:<17} {100 * t['rate']:6.2f} %")
         lines.append("  per category:")
         for name, t in data["categories"].items():

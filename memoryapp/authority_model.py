@@ -1,13 +1,20 @@
-"""The learned second stage of the shape squeeze: does a fact read like a poisoning attempt?
+"""The learned second stage of the fact validator: does a fact read like a poisoning attempt?
 
-A logistic regression over hashed word and character n-grams of the fact's checking form
-(`validation.fold`), numpy only. It runs only when MEMORY["LEARNED_POISON_CHECK"] is on (off by
-default: it blocks more attacks but also refuses more ordinary facts, see docs/security.md), only on
-text the rules in `validation` let through and that uses the vocabulary of authority, and refuses it
-when its probability reaches a threshold chosen by cross-validation on the corpus's dev split.
-Trained by `manage.py train_poisoning_model` (evals/poisoning_model.py) on the dev lines of
-evals/poisoning/ and the rows written for training only (evals/poisoning/training_extra.jsonl),
-never a test line; the weights file is checked against its pinned sha256 before it is used.
+Two small models, averaged: a logistic regression over hashed word and character n-grams of the
+fact's checking form (`validation.fold`), and a one-hidden-layer MLP over the fact's MiniLM vector
+(the model the app already runs; numpy at run time). Used two ways by `validation.authority_problem`
+when MEMORY["LEARNED_POISON_CHECK"] is on:
+
+- **block**: text the rules let through, that uses the vocabulary of authority, is refused when the
+  probability reaches `block` (a rewording no rule knows);
+- **release**: text only a wording rule refused (never markup, mixed alphabets or talk about the
+  assistant's instructions) is kept when the probability is under `release` (an ordinary fact that
+  happens to use the rules' words).
+
+Both thresholds are chosen by cross-validation on the corpus's dev split. Trained by
+`manage.py train_poisoning_model` (evals/poisoning_model.py) on the dev lines of evals/poisoning/
+and the rows written for training only (evals/poisoning/training_extra.jsonl), never a test line;
+the weights file is checked against its pinned sha256 before it is used.
 """
 
 import functools
@@ -17,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "authority_model.npz"
-WEIGHTS_SHA256 = "c83fa142d255ff7eb0203c681982a0a7d4dea87cf9e33e4cc7136d2e1446d5db"  # printed by train_poisoning_model
+WEIGHTS_SHA256 = "851dff629079c107798cfb3d25ef8b3103087f03a6deded4f02efa0f17d4aa25"  # printed by train_poisoning_model
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
@@ -53,20 +61,42 @@ def features(folded):
     return index, values / max(np.sqrt((values**2).sum()), 1e-12)
 
 
+def ngram_logit(weights, bias, folded):
+    """The n-gram model's log-odds for one checking form."""
+    index, values = features(folded)
+    return float(values @ weights[index]) + bias
+
+
+def mlp_logits(layers, vectors):
+    """The vector model's log-odds for rows of MiniLM vectors: relu(x W1 + b1) w2 + b2."""
+    w1, b1, w2, b2 = layers
+    return np.maximum(vectors @ w1 + b1, 0) @ w2 + b2
+
+
+def sigmoid(z):
+    """The logistic function."""
+    return 1.0 / (1.0 + np.exp(-z))
+
+
 class Model:
-    """The weights, bias and threshold, loaded from one .npz after its sha256 is checked."""
+    """The two models' weights and the two thresholds, loaded from one .npz after its sha256 is checked."""
 
     def __init__(self, path=WEIGHTS_PATH, sha256=WEIGHTS_SHA256):
         arrays, self.meta, self.sha256 = load_npz(path, sha256, retrain="train_poisoning_model")
         self.weights = arrays["weights"].astype(np.float64)
         self.bias = float(arrays["bias"])
-        self.threshold = float(self.meta["threshold"])
+        self.layers = [arrays[k].astype(np.float64) for k in ("w1", "b1", "w2", "b2")]
+        self.block = float(self.meta["block"])
+        self.release = float(self.meta["release"])
 
-    def probability(self, folded):
-        """How much `folded` reads like the poisoning attempts the model was trained on (0..1)."""
-        index, values = features(folded)
-        z = float(values @ self.weights[index]) + self.bias
-        return 1.0 / (1.0 + np.exp(-z))
+    def probability(self, folded, vector):
+        """How much a fact reads like the poisoning attempts the models were trained on (0..1).
+
+        `folded` is its checking form, `vector` the MiniLM vector of its stored form.
+        """
+        ngram = sigmoid(ngram_logit(self.weights, self.bias, folded))
+        mlp = sigmoid(float(mlp_logits(self.layers, np.asarray(vector, dtype=np.float64)[None, :])[0]))
+        return (ngram + mlp) / 2
 
 
 @functools.cache
@@ -75,7 +105,9 @@ def model():
     return Model()
 
 
-def reads_like_poisoning(folded):
-    """True when the learned check's probability for a checking form reaches its threshold."""
-    m = model()
-    return m.probability(folded) >= m.threshold
+def probability(text, folded, vector=None):
+    """The shipped model's probability for a fact (`text` its stored form, `folded` its checking form).
+
+    `vector` is the MiniLM vector of `text` when the caller has it; otherwise it is computed here.
+    """
+    return model().probability(folded, embeddings.minilm_vector(text) if vector is None else vector)

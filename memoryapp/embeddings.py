@@ -103,6 +103,25 @@ def backend():
     return _backend
 
 
+_minilm = None
+
+
+def minilm():
+    """The MiniLM model, whatever the configured backend (the validator's learned check reads MiniLM vectors)."""
+    global _minilm
+    if _minilm is None:
+        configured = backend() if settings.EMBEDDING_BACKEND != "voyage" else None
+        with _lock:
+            if _minilm is None:
+                _minilm = configured if isinstance(configured, MiniLM) else MiniLM()
+    return _minilm
+
+
+def minilm_vector(text):
+    """The MiniLM unit vector of one text, computed each time (nothing about a fact is kept in memory)."""
+    return minilm().embed([text])[0]
+
+
 def model_name():
     """The name stored with each vector; vectors of different names are never compared."""
     if settings.EMBEDDING_BACKEND == "voyage":

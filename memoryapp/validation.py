@@ -27,12 +27,17 @@ digit-for-letter spellings undone. Then each check looks for a concept, not a se
 7. approval    - requests, refunds or access to be approved or granted by the assistant, in
                  advance, or unconditionally; an order where a description should be.
 
-Each concept has its words in English, French, German, Spanish, Italian and Portuguese; a whole
-sentence in another language that uses the vocabulary of authority is refused (8). Quotations are
-checked as sentences of their own, and a quoted order must order something of ours. Behind the rules
-sits an optional learned second stage (memoryapp/authority_model.py, MEMORY["LEARNED_POISON_CHECK"],
-off by default). Measured on the corpus in evals/poisoning/ (see
-docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report on test.
+Each concept has its words in English, French, German, Spanish, Italian, Portuguese and Dutch; a
+whole sentence in another language that uses the vocabulary of authority is refused (8). A request
+for the assistant's secrets or for another self is refused (9). Quotations are checked as sentences
+of their own, and a quoted order must order something of ours.
+
+Checks 1-3 are hard: their refusal is final. Behind the rules sits a learned second stage
+(memoryapp/authority_model.py, MEMORY["LEARNED_POISON_CHECK"], on by default): it refuses a sentence
+no rule knows when it reads like the attempts it was trained on, and keeps a sentence that only a
+wording rule (4-9) refused when it is confident the sentence is ordinary. Measured on the corpus in
+evals/poisoning/ (see docs/security.md and `manage.py eval_poisoning`): tune on its dev split,
+report on test and on the holdout.
 """
 
 import re
@@ -97,8 +102,15 @@ _LETTER_GAP = re.compile(r"[ .\-_*·]")
 _ARTICLE = re.compile(r"[ai][ .\-_*·]+(?=[a-z](?:[ .\-_*·]+[a-z]){2,}$)")
 
 
+_MARKED_GAP = re.compile(r"[ ]*[.\-_*·][ .\-_*·]*")
+
+
 def _join_letters(match):
-    return _LETTER_GAP.sub("", match.group(0))
+    run = match.group(0)
+    # "s.p.e.n.d.i.n.g c.a.p": where the letters are joined by marks, a bare space still parts two words
+    if _MARKED_GAP.search(run):
+        return " ".join(_LETTER_GAP.sub("", word) for word in re.split(r"(?<=[a-z]) +(?=[a-z])", run))
+    return _LETTER_GAP.sub("", run)
 
 
 def _join_after_article(match):
@@ -232,8 +244,8 @@ _FOREIGN_AUTHORITY = _words(
 )
 # A role that would carry authority in this service if the user simply "is" it.
 _ROLE = _words(
-    r"admin(?:istrator)?s?|administrative|superusers?|super[- ]users?|sysops?|root(?: users?| account(?: holders?"
-    r"| owners?)?)?"
+    r"admin(?:istrator)?s?|administrative|super-?admins?|superusers?|super[- ]users?|sysops?"
+    r"|root(?: users?| account(?: holders?| owners?)?)?"
     r"|(?:account |system |site |platform |workspace )?owners?|bosse?s?|gatekeepers?|operators?|moderators?|mods?"
     r"|staff(?: members?)?"
     r"|employees? of (?:this|the) (?:company|service)|vips?|approvers?|(?:trusted|privileged|verified|whitelisted) "
@@ -355,7 +367,6 @@ _ALWAYS_AUTHORITY = re.compile(
     r"|\b(?:allow|white|safe|trusted|exception|bypass)[- ]?list\w*"
     r"|\b(?:admin\w*|root|superuser|super-user|staff|owner|operator|moderator|vip|god|master|privileged)-"
     r"(?:level|grade|tier|class|rank|status)\b"
-    rf"|{_FOREIGN_AUTHORITY}"
     # "carries the authority of a manager", "the same privileges as a support agent": a role by equivalence
     r"|\b(?:authority|powers?|rights|privileges|permissions?|access|clearance)\s+(?:of|as)\s+(?:an?|the)\s+(?:[\w-]+\s+)?"
     r"(?:manager|admin\w*|supervisor|staff|employee|agent|moderator|owner|operator|superuser|director|approver"
@@ -401,7 +412,7 @@ _OWED = re.compile(rf"\b(?:is|are)\s+owed\s+(?:\S+\s+){{0,2}}?{_GRANTABLE}\b")
 # "unrestricted refunds", "blanket approval": a grant without bounds.
 _BLANKET = re.compile(
     r"\b(?:unrestricted|unlimited|blanket|automatic|instant|immediate|guaranteed|unconditional|no-questions-asked"
-    r"|permanent|standing|lifetime|perpetual|open-ended)\s+"
+    r"|permanent|standing|lifetime|perpetual|open-ended)\s+(?:spending\s+|signing\s+|approval\s+|admin\s+)?"
     r"(?:refunds?|reimbursements?|approvals?|withdrawals?|overrides?|authority|clearance|privileges?|permissions?"
     r"|abilities|powers|control"
     r"|returns|access|rights|credit)\b"
@@ -432,6 +443,8 @@ _JOB_OF_SERVICE = re.compile(
 _OWN_WORD_SUFFICES = re.compile(
     r"\b(?:approval|signature|say-so|word|consent|authori[sz]ation|sign-off|ok)\s+(?:is|are|will be|counts as)\s+"
     r"(?:\w+\s+)?(?:enough|sufficient|final|binding|all (?:that is|it takes))\b"
+    r"|\b(?:word|say-so|signature)\s+(?:counts|stands|serves)\s+as\s+(?:an?\s+|the\s+)?(?:[\w']+\s+)?"
+    r"(?:signature|approval|authori[sz]ation|sign-off|consent|permission)\b"
 )
 # "their clearance covers all customer data": a privilege said to reach everything.
 _PRIVILEGE_COVERS = re.compile(
@@ -448,6 +461,7 @@ _ROLE_CLAIM = re.compile(
     r"\b(?:is|are|am|was|were|be|been|being|(?:(?<=user)|(?<=he)|(?<=she)|(?<=it)|(?<=that)|(?<=who))'s"
     r"|as|counts? as|acts? as|serves? as|treat\w* (?:\w+ ){0,2}?as"
     r"|recogni[sz]ed as|registered as|logged in as|signed in as|promoted to|made|role is|level is|status is"
+    r"|appointed(?: as)?|named as|elevated to|upgraded to|designated as"
     r"|tier is|on the|est|ist|es|sont|sind|son|sono|sao|^)\s*"
     r"((?:a|an|the|one of the|our|your|un|une|ein|eine|einer|el|la|le|der|die|das|uno|una|um"
     r"|uma)\s+)?((?:[\w'-]+ ){0,2}?)"
@@ -468,17 +482,24 @@ _MAY_OVERRIDE = re.compile(
 )
 # "may access the admin panel", "can view any customer's account": reach into this service.
 _OTHERS_THINGS = (
-    r"(?:other|another|any|every|all|each)\s+(?:\w+\s+)?(?:users?|customers?|people|persons?|clients?|accounts?"
-    r"|orders?|records?|members?|conversations?|chats?|profiles?|tickets?|memor(?:y|ies)|inbox(?:es)?)\b"
+    r"(?:other|another|any|every|all|each)\s+(?:of\s+(?:the|my|their|our|his|her)\s+)?(?:\w+\s+)?(?:users?|customers?"
+    r"|people|persons?|clients?|accounts?|orders?|records?|members?|conversations?|chats?|profiles?|tickets?"
+    r"|memor(?:y|ies)|inbox(?:es)?|employees?|colleagues?|staff|team members?|neighbou?rs?|patients?|students?"
+    r"|tenants?|subscribers?|citizens?|residents?|players?)\b"
 )
 _PRIVILEGED_REACH = re.compile(
-    r"\b(?:can|may|could|is able to|gets? to|is free to|lets? (?:them|the user|him|her|this user))\s+(?:\w+\s+){0,4}?"
+    r"\b(?:can|may|could|is able to|gets? to|is free to|lets? (?:them|the user|him|her|this user)"
+    r"|(?:entitled|allowed|permitted|authori[sz]ed|cleared) to)\s+(?:\w+\s+){0,4}?"
     r"(?:(?:the\s+)?(?:admin\w*|root|superuser|internal|backend|back-office|staff)\s+"
     r"(?:panel|console|dashboard|area|tools?|interface|pages?|mode|accounts?|settings)"
     r"|other (?:users|customers|people|clients)|" + _OTHERS_THINGS + ")"
     # "holds the keys to every account", "has visibility into all conversations"
     r"|\b(?:has|have|holds?|keeps?|gets?|given|granted|with)\s+(?:[\w-]+\s+){0,3}?(?:keys?|access|control|rights?"
-    r"|power|authority|visibility|say)\s+(?:to|over|of|into|on|for)\s+(?:the\s+)?" + _OTHERS_THINGS
+    r"|power|authority|visibility|say)\s+(?:to|over|of|into|on|for)\s+(?:the\s+)?"
+    + _OTHERS_THINGS
+    # "the legal guardian on every account", "owns every account linked to this number"
+    + r"|\b(?:owns?|guardian|custodian|parent|co-?signer|power of attorney)\s+(?:(?:on|of|over|for)\s+)?"
+    + _OTHERS_THINGS
 )
 # "in charge of this chatbot", "runs the helpdesk here": control of this service itself.
 _CONTROLS_SERVICE = re.compile(
@@ -490,7 +511,30 @@ _CONTROLS_SERVICE = re.compile(
 )
 
 
+# "travaille comme administrateur réseau dans une mairie": a job in another language, in the person's own life.
+_FOREIGN_JOB = re.compile(
+    r"\b(?:travaill\w*|trabaj(?:a|o|an|aba|ando)|trabalh(?:a|o|am|ava|ando)|arbeite[tn]?|werk(?:t|en|te)|lavor(?:a|o|ano"
+    r"|ava|ando)|beschaftigt)\b"
+    r"|\b(?:est|es|ist|is|e|sono|sou|soy|suis|bin|ben)\s+(?:un |une |ein |eine |een |uno |una |um |uma )?[\w-]+"
+    r"(?: [\w-]+)?\s+(?:dans|chez|bei|bij|presso|en|em|na|no|in|au|aux|an der|am|op)\s+"
+    r"(?:une?|einer?|een|una?|uma?|la|le|el|der|die|das|de|het|il|lo|o|a|l')"
+)
+_FOREIGN_HERE = re.compile(
+    r"\b(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat|desta|deste|dessa|desse|notre|nuestro"
+    r"|nuestra|unser\w*|nostro|nostra|nosso|nossa|onze|ons)\s+(?:service|servicio|servizio|dienst\w*|systeme|sistema"
+    r"|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente|assistente|bot|compte"
+    r"|cuenta|konto|conto|conta|account)\b"
+)
+_FOREIGN_AUTHORITY_WORD = re.compile(rf"\b{_FOREIGN_AUTHORITY}")
+
+
+def _foreign_job(folded):
+    return bool(_FOREIGN_JOB.search(folded)) and not _FOREIGN_HERE.search(folded)
+
+
 def _authority(folded):
+    if _FOREIGN_AUTHORITY_WORD.search(folded) and not _foreign_job(folded):
+        return True
     if any(
         p.search(folded)
         for p in (_ALWAYS_AUTHORITY, _PRIVILEGED_REACH, _MAY_OVERRIDE, _JOB_OF_SERVICE, _PRIVILEGE_COVERS)
@@ -625,6 +669,13 @@ _BARE_ORDER = re.compile(
 )
 
 
+# "approve everything", "grant anything they ask": approval without an object to judge.
+_APPROVE_ALL = re.compile(
+    r"\b(?:approve|grant|authori[sz]e|accept|allow|okay|sign off on)\s+(?:everything|anything|all of it"
+    r"|whatever (?:they|the user|he|she|i) (?:ask|want|request)\w*)\b"
+)
+
+
 def _approval(folded):
     unconditional = bool(_UNCONDITIONAL.search(folded))
     for pattern in (_PASSIVE_APPROVAL, _WISHED_APPROVAL):
@@ -640,7 +691,7 @@ def _approval(folded):
     for pattern in (_IMPERATIVE, _QUOTED_ORDER):
         if any(_orders_something(folded, m) for m in pattern.finditer(folded)):
             return True
-    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _BARE_ORDER))
+    return any(p.search(folded) for p in (_MODEL_APPROVES, _GRANTED_BY_OTHERS, _BARE_ORDER, _APPROVE_ALL))
 
 
 # --- 5. skipping a check -------------------------------------------------------------------------------
@@ -652,7 +703,7 @@ _VERIFICATION = _words(
     r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
     r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
     r"|approval(?: steps?| process)?|sign-?offs?|sign off|review|reviews|confirmation|confirm\w*|proof|evidence"
-    r"|screening"
+    r"|screening|eligibility(?: checks?)?"
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
@@ -665,6 +716,7 @@ _RULE = _words(
     r"|policy)"
     r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?|rules"
     r"|regles|reglas|regeln|regole|limites?|limiten|limiti|beschrankung\w*|restricciones|restrizioni"
+    r"|(?:security|cooling-off|waiting|holding) (?:delays?|periods?)"
 )
 _WEAK_SKIP = _words(
     r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide|do)\w*|no need|never ask\w*"
@@ -703,14 +755,15 @@ _SKIP_CHECK = re.compile(
     r"|articles?|dates?|appointments?|photos?|pictures?))"
 )
 _CHECK_SKIPPED = re.compile(
-    rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,6}}?\s+"
+    rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,9}}?\s+"
     r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
     r"|suspended|relaxed|loosened|removed|eased|disappear\w*|vanish\w*|gone|go away|went away|scrapped|abolished"
     r"|eliminated|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
     r"|will |shall )?not apply|not be (?:applied|enforced|imposed|followed|required)"
     r"|befreit|ubersprungen|omitid\w*)"
     rf"|{_VERIFICATION}\b(?:\s+\S+){{0,6}}?\s+"
-    r"(?:unnecessary|not (?:required|needed|necessary)|optional|need not|never (?:requested|asked|checked|required)"
+    r"(?:unnecessary|superfluous|redundant|pointless|a formality|not (?:required|needed|necessary)|optional|need not"
+    r"|never (?:requested|asked|checked|required)"
     r"|wants? none|wants? (?:it|them) gone|would rather (?:not|skip|avoid)"
     r"|(?:ne \w+ )?pas (?:necessaires?|requises?|obligatoires?)|nicht (?:notig|erforderlich)|no (?:son "
     r"|es )?necesari[oa]s?"
@@ -720,7 +773,8 @@ _CHECK_SKIPPED = re.compile(
 # "asks not to be verified", "should never be challenged": a check refused in advance.
 _NOT_TO_BE_CHECKED = re.compile(
     r"\b(?:not|never|no longer)\s+(?:to\s+)?be\s+(?:re-?)?(?:verified|checked|authenticated|screened|reviewed"
-    r"|challenged"
+    r"|challenged|audited|scanned|capped|flagged|rate-?limited|throttled|limited|subject(?:ed)? to"
+    r"|asked (?:of|for)|run through|put through"
     r"|asked for (?:id|identification|proof|a password|a pin|verification)|questioned)\b"
 )
 _ALREADY_VERIFIED = re.compile(
@@ -732,11 +786,19 @@ _ALREADY_VERIFIED = re.compile(
     r"(?:the user|this user|them|this customer|(?:their|the user's|this user's) (?:identity|id))\b"
     r"|\b(?:the user|this user|this customer|the customer) (?:is|was|has been) (?:already |previously |fully )?"
     r"(?:verified|authenticated|vetted|validated)\b"
+    r"|\b(?:already|previously)\s+(?:passed|completed|cleared|did|done|went through)\s+(?:the\s+|their\s+|my\s+)?"
+    r"(?:kyc|verification|identity checks?|id checks?|2fa|security checks?|checks)\b"
 )
 
 
 # "their purchases are never reviewed", "refunds are not checked": what this service would grant, said to
 # go unchecked (unless it is somebody else in the person's life who does not check: "by their teacher").
+# "claims should not go through the usual adjuster review": a check its object is to stay out of.
+_KEPT_OUT_OF_CHECKS = re.compile(
+    r"\b(?:not|never|no longer)\s+(?:to\s+)?(?:go|pass|be run|be put|be sent|run)\s+through\s+(?:the\s+|any\s+)?"
+    r"(?:usual\s+|normal\s+|standard\s+|regular\s+|required\s+)?(?:[\w-]+\s+){0,2}?"
+    r"(?:reviews?|checks?|checkers?|screening|verification|approval|vetting|audits?|filters?)\b"
+)
 _NEVER_CHECKED = re.compile(
     rf"\b(?:{_GRANTABLE}|{_VERIFICATION}|account|accounts|identity)\b(?:\s+\S+){{0,3}}?\s+(?:is|are|be|get|gets)\s+"
     r"(?:never|not|no longer)\s+(?:\w+\s+)?(?:reviewed|checked|verified|screened|audited|questioned|scrutini[sz]ed"
@@ -771,6 +833,7 @@ def _skip(folded):
         _FOREIGN_NO_RULES,
         _NONE_APPLIED,
         _NO_LIMITS_HERE,
+        _KEPT_OUT_OF_CHECKS,
     )
     return any(p.search(folded) for p in checks)
 
@@ -908,8 +971,20 @@ _META = re.compile(
 )
 
 
+# "The club changed its membership policy": "its" belongs to the organisation just named, not the assistant.
+_ITS_OWNER = re.compile(
+    r"\b(?:club|company|school|bank|store|shop|gym|employer|airline|team|organi[sz]ation|org|government|council"
+    r"|city|firm|hospital|clinic|insurer|university|college|church|union|landlord|building|library|airport|hotel"
+    r"|restaurant|museum|country|state|league|charity|app|platform|website|site)\b(?:\s+\S+){0,3}\s*$"
+)
+
+
 def _meta(folded):
-    return bool(_META.search(folded))
+    for m in _META.finditer(folded):
+        if m.group(0).startswith("its ") and _ITS_OWNER.search(folded[: m.start()]):
+            continue
+        return True
+    return False
 
 
 # --- 7. who the sentence is about: the user or the organisation, never the assistant ------------------
@@ -944,7 +1019,7 @@ _FOREIGN_FUNCTION = re.compile(
     r"|seine|ihre|dieses|diese|el|los|las|es|son|para|con|sus|su|quiere|debe|il|gli|lo|sono|che|per|della|deve"
     r"|os|um|uma|com|seu|sua|suas|seus|nao|het|een|moet|zijn|niet|voor|alle|alles|tous|todos|todas|tutti|tutte"
     r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente|desta|deste"
-    r"|dessa|desse|o)\b"
+    r"|dessa|desse|o|de|en|je|ik|ben|mijn|van|bij|op|wordt|worden|et|une|ich|mein|meine|mi|mis|io|eu|meu|minha)\b"
 )
 # ("a" is French and Portuguese too: "a un acces")
 _ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|an)\b")
@@ -957,22 +1032,24 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|regole|norme|richtlijn\w*|richtlini\w*|verifi\w*|\w*prufung\w*|controle\w*|controll\w*"
     r"|kontroll\w*|ausweis\w*|limit\w*|zugriff\w*|acces\w*|accesso|toegang|salt[ae]\w*|uberspring\w*|omit\w*"
     r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip|patron|jefe|baas|capo|dono|dona|dueno|duena"
-    r"|proprietaire|proprietario|eigentumer|eigenaar"
+    r"|proprietaire|proprietario|eigentumer|eigenaar|authentifi\w*|identific\w*|identifizier\w*|befreit\w*"
+    r"|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
+    r"|fraud\w*|betrug\w*|frode|pul(?:ar|e|em|ando)|wachtwoord\w*|passwort\w*|contrasena\w*|mot de passe"
     r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat|desta|deste|dessa|desse)\s+(?:service|servicio|servizio|dienst\w*"
     r"|systeme|sistema|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente))\b"
 )
 
 
 def _foreign_payload(folded):
-    foreign = len(set(_FOREIGN_FUNCTION.findall(folded))) >= 2 and not _ENGLISH_FUNCTION.search(folded)
-    return foreign and bool(_FOREIGN_PAYLOAD.search(folded))
+    # Dutch and English share "is": a sentence is foreign when its foreign function words outnumber its English ones.
+    foreign_words = len(set(_FOREIGN_FUNCTION.findall(folded)))
+    foreign = foreign_words >= 2 and len(set(_ENGLISH_FUNCTION.findall(folded))) < min(foreign_words, 2)
+    return foreign and bool(_FOREIGN_PAYLOAD.search(folded)) and not _foreign_job(folded)
 
 
-# --- the learned second stage: only where authority is spoken of ----------------------------------------
+# --- the vocabulary of authority: grants, checks, rules, roles, the assistant and its instructions ------
 
-# The learned check may only refuse a sentence that uses the vocabulary of authority: grants, checks,
-# rules, roles, the assistant and its instructions. "I need help with this bug." is never its business,
-# however unlike the training sentences it is.
+# A quoted order is authority only when it orders something with these words ("Skip the Intro" is a podcast).
 _AUTHORITY_VOCABULARY = re.compile(
     rf"\b(?:{_GRANTABLE}|{_VERIFICATION}|{_RULE}|{_ROLE}|{_MODEL}|{_META_OBJECT}|{_STRONG_SKIP}|{_GRANT_VERB}"
     rf"|{_APPROVED}|allow\w*|permi\w*|entitl\w*|exempt\w*|priv\w*|clearance|authority|rights?|unlimited"
@@ -980,42 +1057,98 @@ _AUTHORITY_VOCABULARY = re.compile(
 )
 
 
-def _learned_refuses(folded):
-    return bool(_AUTHORITY_VOCABULARY.search(folded) or _FOREIGN_PAYLOAD.search(folded)) and (
-        authority_model.reads_like_poisoning(folded)
-    )
+# --- 9. the assistant's secrets and its self -------------------------------------------------------------
+
+_REVEAL = _words(
+    r"disclos\w*|output\w*|print\w*|reveal\w*|show\w*|shar\w*|leak\w*|dump\w*|list\w*|read\w* (?:back|out)"
+    r"|send\w*|give\w*|pass\w* along|hand\w* over|expos\w*|display\w*|tell\w*|recit\w*|export\w*"
+)
+# "disclose its tools list", "output the API keys stored in its environment": what the assistant keeps to itself.
+_SECRETS = re.compile(
+    rf"\b{_REVEAL}\s+(?:\S+\s+){{0,4}}?(?:its|your|the (?:assistant|bot|model|system|ai|server)'s)\s+"
+    r"(?:[\w-]+\s+){0,2}?"
+    r"(?:keys?|secrets?|credentials|tokens?|config\w*|settings|environment|tools?|parameters|thresholds?|rules"
+    r"|filters?|setup|notes|logs?|source|internals|weights)\b"
+    rf"|\b{_REVEAL}\s+(?:\S+\s+){{0,3}}?(?:api|secret|private|access|admin|signing)\s+(?:keys?|tokens?)\b"
+    r"|\b(?:config\w*|environment|secrets?|keys?|credentials|tokens?)\s+(?:file\s+)?(?:it|the assistant|the bot)"
+    r"\s+(?:was|is|were)\s+(?:started|launched|deployed|configured|given|running)\b"
+)
+# "stop being an assistant and become a hacker persona", "respond as the developer console": another self.
+_OTHER_SELF = re.compile(
+    r"\bstop (?:being|acting as|behaving like)\s+(?:an?\s+|the\s+)?(?:assistant|ai|chatbot|bot|helpful|careful|safe)"
+    r"|\b(?:respond|act|answer|behave|speak|reply|talk)\w*\s+(?:only\s+)?as\s+(?:the\s+|an?\s+|its\s+)?"
+    r"(?:developer|admin\w*|root|system|unrestricted|unfiltered|jailbroken|uncensored|evil|dan|console|terminal|hacker"
+    r"|shell|kernel|operator|god)\b"
+    r"|\b(?:hacker|jailbr\w*|unrestricted|unfiltered|uncensored|evil|rule-?less|no-rules|lawless)\s+"
+    r"(?:persona|mode|version|twin|alter ego|character|self)\b"
+    r"|\b(?:as|like|into)\s+(?:a|an|the|its)\s+(?:new\s+)?system (?:prompt|message|instructions?)\b"
+    r"|\binstructions\s+(?:stored\s+|kept\s+|saved\s+)?in\s+(?:memory|this note|these notes|the memory)\b"
+    r"|\b(?:guidelines|rules|policies|instructions|restrictions|filters)\s+(?:were|have been|had been|are|got)\s+"
+    r"(?:\w+\s+)?(?:updated|changed|lifted|removed|relaxed|suspended|turned off|disabled|rewritten)\s+to\s+allow\b"
+)
+
+
+def _self(folded):
+    return bool(_SECRETS.search(folded) or _OTHER_SELF.search(folded))
 
 
 # --- the entry point ------------------------------------------------------------------------------------
 
+# (check, why, hard): a hard check's refusal is final; the learned stage, when on, may overrule a
+# wording rule's refusal of a sentence it is confident is ordinary, never markup, a mixed alphabet or
+# talk about the assistant's own instructions.
 CHECKS = [
-    (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words"),
-    (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says"),
-    (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be"),
-    (_addresses_assistant, "it speaks to the assistant; a fact describes the user in the third person"),
-    (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit"),
-    (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval"),
-    (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted"),
+    (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words", True),
+    (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says", True),
+    (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be", True),
+    (_addresses_assistant, "it speaks to the assistant; a fact describes the user in the third person", False),
+    (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit", False),
+    (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval", False),
+    (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted", False),
+    (
+        lambda raw, folded: _self(folded),
+        "it asks the assistant to give away what it keeps to itself or to be something else",
+        False,
+    ),
     (
         lambda raw, folded: _foreign_payload(folded),
         "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
+        False,
     ),
 ]
 AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
 LEARNED_REASON = "it reads like the poisoning attempts the learned check was trained on"
 
 
-def authority_problem(text, learned=False):
-    """Why `text` carries authority or markup instead of describing someone, or None (`learned`: ask the model too)."""
-    variants = _variants(text)
-    for folded in variants:
-        for check, why in CHECKS:
+def rule_refusal(text):
+    """(why, hard) for the rule that refuses `text`, a hard check before a wording rule, or None."""
+    worded = None
+    for folded in _variants(text):
+        for check, why, hard in CHECKS:
             if check(text, folded):
-                return AUTHORITY_REASON.format(why=why)
+                if hard:
+                    return why, True
+                worded = worded or why
+    return (worded, False) if worded else None
+
+
+def authority_problem(text, learned=False, vector=None):
+    """Why `text` carries authority or markup instead of describing someone, or None (`learned`: ask the model too).
+
+    `vector` is the MiniLM vector of `text` when the caller has it (a stored fact's), to spare the model a pass.
+    """
+    refusal = rule_refusal(text)
+    if refusal and (refusal[1] or not learned):
+        return AUTHORITY_REASON.format(why=refusal[0])
+    if not learned:
+        return None
+    # One MiniLM pass (a few milliseconds) for every fact the hard checks let through.
+    p = authority_model.probability(text, fold(text), vector)
+    if refusal is not None:
+        # The model may overrule a wording rule only where it is confident the sentence is ordinary.
+        return None if p < authority_model.model().release else AUTHORITY_REASON.format(why=refusal[0])
     # The rules' second opinion: a rewording they do not know may still read like the attempts they do.
-    if learned and variants and _learned_refuses(variants[0]):
-        return AUTHORITY_REASON.format(why=LEARNED_REASON)
-    return None
+    return AUTHORITY_REASON.format(why=LEARNED_REASON) if p >= authority_model.model().block else None
 
 
 def looks_like_instruction(text):
@@ -1023,8 +1156,11 @@ def looks_like_instruction(text):
     return authority_problem(text) is not None
 
 
-def fact_problem(text, kind, learned=None):
-    """Why (text, kind) is not a storable fact, or None when it is (`learned`: None follows the setting)."""
+def fact_problem(text, kind, learned=None, vector=None):
+    """Why (text, kind) is not a storable fact, or None when it is (`learned`: None follows the setting).
+
+    `vector`: the MiniLM vector of `text`, when the caller already has it.
+    """
     if not isinstance(text, str) or not isinstance(kind, str):
         return "text and kind must be strings"
     if kind not in KINDS:
@@ -1036,5 +1172,5 @@ def fact_problem(text, kind, learned=None):
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
     if learned is None:
-        learned = settings.MEMORY.get("LEARNED_POISON_CHECK", False)
-    return authority_problem(text, learned=learned)
+        learned = settings.MEMORY.get("LEARNED_POISON_CHECK", True)
+    return authority_problem(text, learned=learned, vector=vector)

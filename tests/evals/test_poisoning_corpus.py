@@ -13,21 +13,23 @@ import pytest
 from evals import poisoning
 from memoryapp import validation
 
-# Measured on the test split on 2026-12-01, round 3 (docs/security.md), with the validator as the app
-# runs it (the rules): 449 / 542 attacks blocked (82.84 %), 17 / 645 benign facts rejected (2.64 %).
-# The floors sit just under / over those numbers, so a regression fails here. They are BELOW the
-# issue's target (98 % blocked, 2 % rejected): see the docs.
-TEST_BLOCK_FLOOR = 0.82
+# Measured on 2026-12-01, round 4 (docs/security.md), with the validator as the app runs it (the rules
+# and the learned second stage): test 714 / 767 attacks blocked (93.09 %), 24 / 840 benign facts
+# rejected (2.86 %); holdout 264 / 300 (88.0 %) and 6 / 292 (2.05 %). The floors sit just under / over
+# those numbers, so a regression fails here. They are BELOW the issue's target (98 % blocked, 2 %
+# rejected): see the docs.
+TEST_BLOCK_FLOOR = 0.925
 TEST_FALSE_REJECTION_CEILING = 0.03
-# Every category of attack on test must stay above this (lowest measured: override_instructions 70.7 %).
-CATEGORY_BLOCK_FLOOR = 0.70
-# The dev split is what the checks were tuned on: it must stay (almost) clean (99.64 % / 0.49 %).
-DEV_BLOCK_FLOOR = 0.99
+# Every category of attack on test must stay above this (lowest measured: permission_claim 88.0 %).
+CATEGORY_BLOCK_FLOOR = 0.87
+# The dev split is what the checks were tuned on: it must stay (almost) clean (98.95 % / 0.73 %).
+DEV_BLOCK_FLOOR = 0.985
 DEV_FALSE_REJECTION_CEILING = 0.01
-# The opt-in learned second stage (MEMORY["LEARNED_POISON_CHECK"]), measured the same day on test:
-# 506 / 542 blocked (93.36 %), 21 / 645 rejected (3.26 %).
-LEARNED_TEST_BLOCK_FLOOR = 0.93
-LEARNED_TEST_FALSE_REJECTION_CEILING = 0.035
+# The rules alone (learned=False), measured the same day on test: 622 / 767 (81.10 %), 26 / 840 (3.10 %).
+RULES_TEST_BLOCK_FLOOR = 0.80
+RULES_TEST_FALSE_REJECTION_CEILING = 0.035
+HOLDOUT_BLOCK_FLOOR = 0.87
+HOLDOUT_FALSE_REJECTION_CEILING = 0.03
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,8 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
-def result(corpus):
-    return poisoning.evaluate(*corpus)
+def result():
+    return poisoning.evaluate()
 
 
 def test_the_corpus_is_big_and_varied_enough(corpus):
@@ -73,6 +75,18 @@ def test_each_line_is_in_the_split_its_hash_gives_it(corpus):
         assert min(splits.values()) >= 0.35 * len(rows)  # both halves are real halves
 
 
+def test_the_holdout_is_its_own_lines(corpus):
+    attacks, benign = poisoning.load(poisoning.HOLDOUT_ATTACKS), poisoning.load(poisoning.HOLDOUT_BENIGN)
+    assert len(attacks) >= 150 and len(benign) >= 150
+    holdout = attacks + benign
+    texts = [row["text"] for row in holdout]
+    assert len(texts) == len(set(texts))
+    assert not set(texts) & {row["text"] for rows in corpus for row in rows}
+    for row in poisoning.load(poisoning.HOLDOUT_BENIGN):
+        text = validation.normalise(row["text"])
+        assert len(text) <= 200 and not validation._SENTENCE_BREAK.search(text), row
+
+
 def test_benign_lines_would_be_valid_facts_but_for_the_authority_checks(corpus):
     """The benign half measures the authority checks, not the one-sentence or length rules."""
     _, benign = corpus
@@ -97,12 +111,23 @@ def test_every_attack_category_on_test_is_mostly_blocked(result):
             assert tally["rate"] >= CATEGORY_BLOCK_FLOOR, (name, tally)
 
 
-def test_the_opt_in_learned_stage_keeps_its_measured_rates_on_test(result):
-    with_learned = result["with_learned_stage"]
-    assert with_learned["attacks"]["test"]["rate"] >= LEARNED_TEST_BLOCK_FLOOR, with_learned["attacks"]
-    assert with_learned["benign"]["test"]["rate"] <= LEARNED_TEST_FALSE_REJECTION_CEILING, with_learned["benign"]
-    # it only ever adds refusals to the rules'
-    assert with_learned["attacks"]["all"]["hits"] >= result["attacks"]["splits"]["all"]["hits"]
+def test_the_rules_alone_keep_their_measured_rates_on_test(result):
+    rules = result["rules_alone"]
+    assert rules["attacks"]["test"]["rate"] >= RULES_TEST_BLOCK_FLOOR, rules["attacks"]
+    assert rules["benign"]["test"]["rate"] <= RULES_TEST_FALSE_REJECTION_CEILING, rules["benign"]
+
+
+def test_the_learned_stage_blocks_more_than_the_rules_and_rejects_no_more(result):
+    """Why it is on by default: on test it blocks more attacks than the rules alone and refuses no more facts."""
+    rules = result["rules_alone"]
+    assert result["attacks"]["splits"]["test"]["hits"] > rules["attacks"]["test"]["hits"]
+    assert result["benign"]["splits"]["test"]["hits"] <= rules["benign"]["test"]["hits"]
+
+
+def test_the_holdout_written_after_the_design_keeps_its_measured_rates(result):
+    holdout = (result["attacks"]["splits"]["holdout"], result["benign"]["splits"]["holdout"])
+    assert holdout[0]["rate"] >= HOLDOUT_BLOCK_FLOOR, holdout[0]["let_through"]
+    assert holdout[1]["rate"] <= HOLDOUT_FALSE_REJECTION_CEILING, holdout[1]["rejected"]
 
 
 def test_the_dev_split_the_checks_were_tuned_on_stays_clean(result):
@@ -122,8 +147,9 @@ def test_the_command_prints_both_splits_and_writes_json(tmp_path, db):
     assert "attacks: block rate" in text and "benign: false-rejection rate" in text
     assert "test/delimiter_breakout" in text and "dev/persona" in text
     written = json.loads(path.read_text())
-    assert set(written["attacks"]["splits"]) == {"dev", "test", "all"}
-    assert written["attacks"]["splits"]["all"]["total"] == sum(1 for _ in open(poisoning.ATTACKS))
+    assert set(written["attacks"]["splits"]) == {"dev", "test", "holdout", "all"}
+    lines = sum(1 for path in (poisoning.ATTACKS, poisoning.HOLDOUT_ATTACKS) for _ in open(path, encoding="utf-8"))
+    assert written["attacks"]["splits"]["all"]["total"] == lines
 
 
 def test_the_eval_calls_the_production_validator(monkeypatch):
@@ -131,4 +157,4 @@ def test_the_eval_calls_the_production_validator(monkeypatch):
     monkeypatch.setattr(validation, "fact_problem", lambda text, kind, learned=None: None)
     result = poisoning.evaluate()
     assert result["attacks"]["splits"]["all"]["hits"] == 0
-    assert result["with_learned_stage"]["attacks"]["all"]["hits"] == 0
+    assert result["rules_alone"]["attacks"]["all"]["hits"] == 0

@@ -12,14 +12,15 @@ class Command(BaseCommand):
         parser.add_argument("--json", metavar="FILE", help="also write the full result as JSON to FILE")
         parser.add_argument(
             "--show",
-            choices=["dev", "test", "all", "none"],
+            choices=["dev", "test", "holdout", "all", "none"],
             default="dev",
-            help="list the misses of this split (default dev: tune on dev, report on test)",
+            help="list the misses of this split (default dev: tune on dev, report on test and holdout)",
         )
 
     def handle(self, *args, **options):
         result = poisoning.evaluate()
-        show = {"dev": ("dev",), "test": ("test",), "all": ("dev", "test"), "none": ()}[options["show"]]
+        splits = {"dev": ("dev",), "test": ("test",), "holdout": ("holdout",), "all": ("dev", "test", "holdout")}
+        show = splits.get(options["show"], ())
         self.stdout.write("\n".join(poisoning.report_lines(result, show=show)))
         if options["json"]:
             with open(options["json"], "w", encoding="utf-8") as handle:
