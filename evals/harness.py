@@ -259,7 +259,12 @@ def _model_in(annotation):
 def _message(exc, model, prefix=""):
     """One line for the first thing wrong, e.g. "steps[0].expect.live: unknown key 'contain' (...)"."""
     err = exc.errors(include_url=False)[0]
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    # pydantic puts its own tags ("function-after[...]", "list[str]") in the path; a key the author wrote stays
+    loc = tuple(
+        p
+        for p in err["loc"]
+        if not (isinstance(p, str) and (re.fullmatch(r"[\w-]+\[.*\]", p) or p.startswith("function-")))
+    )
     kind, value = err["type"], err.get("input")
     where = _path(prefix, loc)
     if kind == "extra_forbidden":

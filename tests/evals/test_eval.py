@@ -337,6 +337,11 @@ def test_every_repo_scenario_parses():
             {"name": "n", "steps": [{"expect": {"user": "a", "live": {"contain": ["x"]}}}]},
             "steps[0].expect.live: unknown key 'contain' (allowed: contains, count, excludes)",
         ),
+        # found by the fuzz test: a key that looks like one of pydantic's own path tags
+        (
+            {"name": "n", "steps": [{"erase": {"user": "a"}}], "[": None},
+            "the scenario: unknown key '[' (allowed: backends, name, org, steps)",
+        ),
         (
             {"name": "n", "steps": [{"expect": {"user": "a", "confirmations": {"Postgres": "2"}}}]},
             "steps[0].expect.confirmations['Postgres']: expected a whole number of at least 0, found a string",
