@@ -1142,7 +1142,7 @@ def authority_problem(text, learned=False, vector=None):
         return AUTHORITY_REASON.format(why=refusal[0])
     if not learned:
         return None
-    # One MiniLM pass (a few milliseconds) for every fact the hard checks let through.
+    # One MiniLM pass for every fact the hard checks let through (none when the caller passes the vector).
     p = authority_model.probability(text, fold(text), vector)
     if refusal is not None:
         # The model may overrule a wording rule only where it is confident the sentence is ordinary.
