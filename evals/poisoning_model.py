@@ -3,10 +3,10 @@
 Two models, averaged: logistic regression over hashed n-grams and an MLP over MiniLM vectors.
 
 Data: the **dev** lines of the poisoning corpus (evals/poisoning/), attacks as 1 and benign facts as 0,
-plus `evals/poisoning/training_extra.jsonl`: rows written for training only (first-person and org
-facts, jobs that handle refunds or approvals, a few first-person attacks), which the corpus has too
-few of. No test line is read for training or for the threshold. The threshold is chosen by k-fold
-cross-validation on dev, from the out-of-fold probabilities:
+plus `evals/poisoning/training_extra.jsonl`: rows written for training only, by writers who saw
+neither the corpus nor the rules (docs/security.md lists the batches). No test or holdout line is
+read for training or for a threshold. Both thresholds are chosen by k-fold cross-validation on these
+rows, from the out-of-fold probabilities:
 
 - `block`, the lowest at which the model refuses at most `MAX_EXTRA_REJECTIONS` of the dev benign
   facts that the rules let through (a refused fact is lost for the person, so it may add very few);

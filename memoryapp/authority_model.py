@@ -5,8 +5,8 @@ fact's checking form (`validation.fold`), and a one-hidden-layer MLP over the fa
 (the model the app already runs; numpy at run time). Used two ways by `validation.authority_problem`
 when MEMORY["LEARNED_POISON_CHECK"] is on:
 
-- **block**: text the rules let through, that uses the vocabulary of authority, is refused when the
-  probability reaches `block` (a rewording no rule knows);
+- **block**: text the rules let through is refused when the probability reaches `block` (a rewording
+  no rule knows);
 - **release**: text only a wording rule refused (never markup, mixed alphabets or talk about the
   assistant's instructions) is kept when the probability is under `release` (an ordinary fact that
   happens to use the rules' words).

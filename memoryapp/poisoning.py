@@ -23,8 +23,8 @@ SIMILARITY_FLOOR = 0.4
 STRONG_SIMILARITY = 0.6
 PATTERN_LIMIT = 200  # facts the validator refuses, taken per audit
 # The newest live facts the audit runs the validator over. The checks are Python (no SQL form), so
-# the scan is bounded: well under a millisecond a fact with its stored MiniLM vector (a fact embedded
-# by another model costs the learned check a MiniLM pass), a few seconds at this size.
+# the scan is bounded. The learned check reads each fact's stored MiniLM vector, so it needs no model
+# pass (a fact embedded by another model costs one).
 SCAN_LIMIT = 20_000
 REASON_MAX = 300
 
