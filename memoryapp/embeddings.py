@@ -1,5 +1,6 @@
 """The one module that talks to an embedding model. Nothing else imports a model library."""
 
+import functools
 import threading
 from pathlib import Path
 
@@ -103,18 +104,10 @@ def backend():
     return _backend
 
 
-_minilm = None
-
-
+@functools.cache
 def minilm():
     """The MiniLM model, whatever the configured backend (the validator's learned check reads MiniLM vectors)."""
-    global _minilm
-    if _minilm is None:
-        configured = backend() if settings.EMBEDDING_BACKEND != "voyage" else None
-        with _lock:
-            if _minilm is None:
-                _minilm = configured if isinstance(configured, MiniLM) else MiniLM()
-    return _minilm
+    return MiniLM() if settings.EMBEDDING_BACKEND == "voyage" else backend()
 
 
 def minilm_vector(text):

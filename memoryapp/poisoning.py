@@ -54,9 +54,14 @@ class Flagged:
         return "strong" if self.similarity >= STRONG_SIMILARITY else "weak"
 
 
-def matching_patterns(text, kind="profile"):
+def _minilm_vector(vector, model):
+    """A stored vector the validator's learned check can read, or None (it then embeds the text itself)."""
+    return vector if model == embeddings.MINILM_NAME else None
+
+
+def matching_patterns(text, kind="profile", vector=None):
     """Why the current validator would refuse `text` (empty when it would store it), to show staff."""
-    problem = validation.fact_problem(text, kind)
+    problem = validation.fact_problem(text, kind, vector=vector)
     return [problem] if problem else []
 
 
@@ -66,7 +71,7 @@ def refused_facts(live, scan_limit=SCAN_LIMIT, limit=PATTERN_LIMIT):
     rows = live.order_by("-created_at").values_list("id", "text", "kind", "embedding", "embedding_model")
     for fact_id, text, kind, vector, model in rows[:scan_limit].iterator(chunk_size=2000):
         # the stored MiniLM vector spares the learned check a model pass per fact
-        if validation.fact_problem(text, kind, vector=vector if model == embeddings.MINILM_NAME else None):
+        if validation.fact_problem(text, kind, vector=_minilm_vector(vector, model)):
             ids.append(fact_id)
             if len(ids) >= limit:
                 break
@@ -95,7 +100,8 @@ def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLO
             best = int(scores.argmax())
             entry.similarity, entry.probe = round(float(scores[best]), 4), probe_list[best]
     for entry in found.values():
-        entry.patterns = matching_patterns(entry.fact.text, entry.fact.kind)
+        fact = entry.fact
+        entry.patterns = matching_patterns(fact.text, fact.kind, _minilm_vector(fact.embedding, fact.embedding_model))
     return sorted(found.values(), key=lambda f: (not f.matched, -f.similarity, str(f.fact.id)))
 
 

@@ -172,12 +172,9 @@ def store_fact(
     hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
-    problem = validation.fact_problem(text, kind)
-    if problem:
-        raise FactRejected(problem)
+    vector = _validated_vector(text, kind, vector)
     if judge is None:
         judge = backends.active_backend().verdicts
-    vector = embeddings.embed(text) if vector is None else vector
     live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
     judge_calls = 0
     apply = functools.partial(
@@ -339,16 +336,26 @@ def is_unchanged(fact, text, kind):
     return validation.normalise(text) == fact.text and kind == fact.kind
 
 
+def _validated_vector(text, kind, vector=None):
+    """The vector of a fact the validator accepts (it raises FactRejected otherwise).
+
+    One embedding serves both: the validator's learned check reads the same MiniLM vector.
+    """
+    vector = embeddings.embed(text) if vector is None else vector
+    minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else None
+    problem = validation.fact_problem(text, kind, vector=minilm)
+    if problem:
+        raise FactRejected(problem)
+    return vector
+
+
 def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
     """A correction (by the person, or an agent for them): a new version that supersedes `fact`.
 
     `note` is added to the audit events (for an agent: which key).
     """
     text = validation.normalise(text)
-    problem = validation.fact_problem(text, kind)
-    if problem:
-        raise FactRejected(problem)
-    vector = embeddings.embed(text)
+    vector = _validated_vector(text, kind)
     with transaction.atomic():
         if fact.scope == MemoryFact.Scope.ORG:
             lock_org(fact.org_id)

@@ -601,9 +601,9 @@ def test_every_way_in_asks_fact_problem(org, make_user, scripted, monkeypatch):
     seen = []
     real = validation.fact_problem
 
-    def spy(text, kind, learned=None):
+    def spy(text, kind, learned=None, vector=None):
         seen.append(text)
-        return real(text, kind, learned=learned)
+        return real(text, kind, learned=learned, vector=vector)
 
     monkeypatch.setattr(validation, "fact_problem", spy)
     admin = make_user("ada15", org, role="admin")
