@@ -363,6 +363,12 @@ _ALWAYS_AUTHORITY = re.compile(
     r"|\bauto(?:matically|-)?\s?approv\w*"
     r"|\b(?:approv|authori[sz]|clear|grant)\w* in advance\b"
     r"|\bstanding (?:approval|authori[sz]ation|permission)\b"
+    # "standing waiver from the acceptable-use policy", "blanket consent", "self-approving", "final sign-off on all"
+    r"|\b(?:standing|blanket|permanent|open-ended|general)\s+(?:waiver|exemption|exception|consent|go-?ahead"
+    r"|dispensation)\b"
+    r"|\bself-?(?:approv|certif|authori[sz])\w*"
+    r"|\b(?:final|sole|ultimate)\s+sign-?off\s+on\s+(?:all|every|any)\b"
+    r"|\b(?:approved|authori[sz]ed|allowed|permitted|cleared|entitled|free)\b(?:\s+\S+){0,8}?\s+at will\b"
     r"|\bno (?:proof|questions asked)\b"
     r"|\b(?:allow|white|safe|trusted|exception|bypass)[- ]?list\w*"
     r"|\b(?:admin\w*|root|superuser|super-user|staff|owner|operator|moderator|vip|god|master|privileged)-"
@@ -703,7 +709,9 @@ _VERIFICATION = _words(
     r"|identity|id|ids|identification|authentication|authenticat\w*|2fa|mfa|two-factor|two factor|two-step \w+"
     r"|otp|one-time (?:code|password)s?|kyc|passwords?|pins?|security (?:questions?|checks?|steps?)"
     r"|approval(?: steps?| process)?|sign-?offs?|sign off|review|reviews|confirmation|confirm\w*|proof|evidence"
-    r"|screening|eligibility(?: checks?)?"
+    r"|screening|eligibility(?: checks?)?|(?:last|final) (?:four|4|two|2) digits|order numbers?|lockouts?|captchas?"
+    r"|callbacks?(?: procedure| check)?|investigations?"
+    r"|(?:affordability|risk|credit|background|security|fraud) assessments?|cross-?referenc\w*"
     r"|validation|audits?|fraud (?:checks?|screening|controls?)|anti-fraud \w+|\w*prufung\w*|\w*verifizierung"
     r"|\w*kontrolle\w*|verificacion|controles?|comprobacion|verifica|controlli|verificacao|genehmigung"
     r"|identite|identidad|piece d'identite|receipts?|documentation|paperwork|(?:second|2nd) factor|prove who"
@@ -715,12 +723,15 @@ _RULE = _words(
     r"policy|policies|politique|politica|limits?|caps?|restrictions?|safeguards?|safety (?:checks?|rules|filters?"
     r"|policy)"
     r"|compliance|guardrails?|(?:content )?filters?|moderation|procedures?|protocols?|controls?|holds?|rules"
+    r"|(?:deposit|id|identification|verification|signature|receipt|documentation|proof|password|pin|age|kyc"
+    r"|two-person|approval|sign-?off) requirements?"
     r"|regles|reglas|regeln|regole|limites?|limiten|limiti|beschrankung\w*|restricciones|restrizioni"
     r"|(?:security|cooling-off|waiting|holding) (?:delays?|periods?)"
 )
 _WEAK_SKIP = _words(
     r"without|no|not (?:be )?(?:need|require|bother|ask|apply|applied|have to provide|do)\w*|no need|never ask\w*"
-    r"|never need\w*|would rather not|prefers? not to|rather not"
+    r"|never need\w*|would rather not|prefers? not to|rather not|not to (?:ask|check|verify|request|require)\w*"
+    r"|exclud\w* from|opt\w* out of|opted out of"
     r"|(?:never|not|no longer)\s+(?:\w+\s+)?(?:has|have|had|needs?|required|asked|expected|obliged)"
     r"\s+to\s+(?:show|provide|give|present|prove|produce|submit|enter|pass|go through|answer)"
     r"|not want|not wish|sans|ohne|sin|senza|sem|keine?|jamais|nie|nunca|nao precisa(?: de)?"
@@ -731,9 +742,11 @@ _STRONG_SKIP = _words(
     r"|overrid\w*"
     r"|overrul\w*|turn\w* off|switch\w* off|dispens\w* with|get\w* around|sidestep\w*|drop\w*|suspend\w*"
     r"|lift\w*|relax\w*|exempt\w*(?: from)?|not subject to|free from|leave out|left out|instead of"
-    r"|take (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*|uberspr\w*|umgeh\w*"
+    r"|(?:take|takes|took|taking) (?:their|his|her|the user's) word|contourn\w*|passer outre|passe outre|saut\w*"
+    r"|uberspr\w*|umgeh\w*"
     r"|saltar\w*|omitas|spar(?:e|ed|ing)|excus\w*(?: from)?|let off|released from|exent[oa]s?|exempte|esente"
     r"|annul\w*|look\w* the other way|turn\w* a blind eye|overlook\w*|go\w* easy on|relax\w*"
+    r"|do\w* away with|stop\w* (?:asking|requiring|requesting|checking)(?: for)?"
 )
 # "keine Limits", "sin limites": no limits at all, said in another language.
 _FOREIGN_NO_RULES = re.compile(
@@ -744,6 +757,7 @@ _NO_QUESTIONS = re.compile(
     r"\b(?:taken|accepted|believed|trusted|take\w*|accept\w*)\s+(?:\w+\s+)?(?:at (?:face value|(?:their|his|her) word)"
     r"|on (?:trust|faith))\b"
     r"|\b(?:without|no) (?:any |further |more |the usual |the normal |the standard |the )?questions\b"
+    r"|\b(?:handled|processed|done|granted|approved|decided|settled|resolved)\s+(?:\w+\s+)?on (?:trust|faith)\b"
     r"|\b(?:waiv|exempt|excus)\w*\s+(?:from\s+)?(?:all|every"
     r"|any)\b"
 )
@@ -758,6 +772,8 @@ _CHECK_SKIPPED = re.compile(
     rf"\b(?:(?:{_VERIFICATION}|{_RULE})\b(?:\s+\S+){{0,9}}?\s+"
     r"(?:waived|skipped|bypassed|disabled|ignored|turned off|switched off|omitted|left out|dropped|lifted"
     r"|suspended|relaxed|loosened|removed|eased|disappear\w*|vanish\w*|gone|go away|went away|scrapped|abolished"
+    r"|no longer (?:required|needed|necessary|asked for|applied|enforced)"
+    r"|(?:considered|treated|counted|deemed|marked|taken) (?:as )?(?:passed|done|complete|completed|satisfied|verified)"
     r"|eliminated|(?:are|is|be|been|turned|switched) off|(?:do |does |should |must "
     r"|will |shall )?not apply|not be (?:applied|enforced|imposed|followed|required)"
     r"|befreit|ubersprungen|omitid\w*)"
@@ -796,6 +812,9 @@ _ALREADY_VERIFIED = re.compile(
 # "claims should not go through the usual adjuster review": a check its object is to stay out of.
 _KEPT_OUT_OF_CHECKS = re.compile(
     r"\b(?:not|never|no longer)\s+(?:to\s+)?(?:go|pass|be run|be put|be sent|run)\s+through\s+(?:the\s+|any\s+)?"
+    r"(?:usual\s+|normal\s+|standard\s+|regular\s+|required\s+)?(?:callbacks?|(?:security|verification|approval|kyc"
+    r"|identity|callback) (?:procedures?|process\w*|steps?))\b|\b(?:not|never|no longer)\s+(?:to\s+)?(?:go|pass"
+    r"|be run|be put|be sent|run)\s+through\s+(?:the\s+|any\s+)?"
     r"(?:usual\s+|normal\s+|standard\s+|regular\s+|required\s+)?(?:[\w-]+\s+){0,2}?"
     r"(?:reviews?|checks?|checkers?|screening|verification|approval|vetting|audits?|filters?)\b"
 )
@@ -820,10 +839,14 @@ _NONE_APPLIED = re.compile(
 )
 
 
+# "wants the assistant to stop asking for ...": the assistant is the one to skip it, so it is a check of ours.
+_ASSISTANT_ACTS = re.compile(r"\b(?:the assistant|the bot|the ai|the model|the chatbot|you)(?:\s+\S+){0,2}?\s*$")
+
+
 def _skip(folded):
     for pattern in (_SKIP_CHECK, _NEVER_CHECKED):
         for m in pattern.finditer(folded):
-            if not _anchored(folded[m.end() :]):
+            if not _anchored(folded[m.end() :]) or _ASSISTANT_ACTS.search(folded[: m.start()]):
                 return True  # ("no password on their home Wi-Fi" is about their own things)
     checks = (
         _CHECK_SKIPPED,
@@ -936,9 +959,16 @@ _META = re.compile(
             r"(?:\S+\s+)?(?:anything|everything|whatever|all)\s+(?:that\s+)?(?:the user|they|he|she|this user|i)\s+"
             r"(?:asks?|says?|wants?|requests?|demands?|tells?)\b",
             rf"\b{_MODEL}\s+(?:\w+\s+){{0,2}}?(?:obey|comply with (?:every|all|any|whatever)|do whatever)\w*",
-            r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:\w+[- ])?(?:instructions?|commands?|directives?"
-            r"|orders)\b",
+            r"\b(?:as|counts? as)\s+(?:an? |the |its |their )?(?:[\w-]+[- ]){0,2}?"
+            r"(?:instructions?|commands?|directives?|orders)\b",
             r"\b(?:these notes|this note|these facts|this fact|these memories|the memory block|this memory block)\b",
+            # "quote the source that tells it which topics to avoid": what the assistant was told, by another name
+            r"\b(?:source|document|text|list|file|notes?|message|page|script)s?\s+(?:that|which)\s+(?:tells?|told|instructs?"
+            r"|instructed|guides?|governs?|controls?|restricts?)\s+(?:it|you|the assistant|the model|the bot)\b",
+            # "their wishes should carry more weight than the default settings"
+            r"\b(?:more|greater|extra|higher|bigger)\s+(?:weight|priority|authority|say)\b(?:\s+\S+){0,3}?\s+than\s+"
+            r"(?:the\s+|its\s+|the assistant's\s+)?(?:default|usual|normal|standard|built-in)?\s*(?:settings|rules"
+            r"|guidelines|instructions|policy|policies|defaults|safeguards)\b",
             r"\bno (?:rules|limits|restrictions|policies|policy|guidelines|checks) (?:apply|applies|exist)\b",
             # "ignore everything except the user", "ignore anything its operator said"
             rf"\b{_MODEL}\s+(?:\S+\s+){{0,3}}?(?:ignor|disregard|disobey|forget)\w*\s+(?:everything|anything|all|whatever)\b"
@@ -979,9 +1009,19 @@ _ITS_OWNER = re.compile(
 )
 
 
+# "The user's knitting circle meets on Wednesdays and has no rules": the group has none, not the assistant.
+_GROUP_OWNER = re.compile(
+    r"\b(?:user's|their|his|her|my|our)\s+(?:[\w-]+\s+)?(?:club|circle|group|game|class|family|household|house"
+    r"|party|band|choir|crew|meetup|society|gathering|team|league)\b(?:\s+\S+){0,8}\s*$"
+)
+
+
 def _meta(folded):
     for m in _META.finditer(folded):
-        if m.group(0).startswith("its ") and _ITS_OWNER.search(folded[: m.start()]):
+        before = folded[: m.start()]
+        if m.group(0).startswith("its ") and _ITS_OWNER.search(before):
+            continue
+        if re.match(r"(?:had|has|have|with) no ", m.group(0)) and _GROUP_OWNER.search(before):
             continue
         return True
     return False
@@ -1019,7 +1059,8 @@ _FOREIGN_FUNCTION = re.compile(
     r"|seine|ihre|dieses|diese|el|los|las|es|son|para|con|sus|su|quiere|debe|il|gli|lo|sono|che|per|della|deve"
     r"|os|um|uma|com|seu|sua|suas|seus|nao|het|een|moet|zijn|niet|voor|alle|alles|tous|todos|todas|tutti|tutte"
     r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente|desta|deste"
-    r"|dessa|desse|o|de|en|je|ik|ben|mijn|van|bij|op|wordt|worden|et|une|ich|mein|meine|mi|mis|io|eu|meu|minha)\b"
+    r"|dessa|desse|o|de|en|je|ik|ben|mijn|van|bij|op|wordt|worden|et|une|ich|mein|meine|mi|mis|io|eu|meu|minha"
+    r"|uzytkownik\w*|jest|sie|jego|jej|aby|przy|dla|przez|oraz)\b"
 )
 # ("a" is French and Portuguese too: "a un acces")
 _ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|an)\b")
@@ -1035,8 +1076,41 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|proprietaire|proprietario|eigentumer|eigenaar|authentifi\w*|identific\w*|identifizier\w*|befreit\w*"
     r"|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
     r"|fraud\w*|betrug\w*|frode|pul(?:ar|e|em|ando)|wachtwoord\w*|passwort\w*|contrasena\w*|mot de passe"
+    r"|questions? de securite|sicherheitsfrage\w*|preguntas? de seguridad|domande? di sicurezza|perguntas? de seguranca"
+    r"|beveiligingsvra\w*|controles? de securite|\w*faktor\w*|\w*abfrage\w*|weryfik\w*"
+    r"|tozsamos\w*|hasl[oa]|uprawnien\w*|zatwierdz\w*"
     r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat|desta|deste|dessa|desse)\s+(?:service|servicio|servizio|dienst\w*"
     r"|systeme|sistema|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente))\b"
+)
+
+
+# Words that speak of the assistant and its instructions: in another language these alone refuse a fact
+# ("forgot the password" and "ignores the noise" are not among them: they need a demand, below).
+_FOREIGN_META = re.compile(
+    r"\b(?:instruc\w*|istruz\w*"
+    r"|anweisung\w*|instructies|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|assistent\w*|asistente"
+    r"|assistant\w*)\b"
+)
+# What turns a mention into a demand or a grant: a modal, a wish, a negation, "every", "unlimited", "exempt",
+# "takes priority" ("l'utilisateur peut valider tous les remboursements"). A sentence about an approval, a
+# password or a check with none of these describes an event ("su banco verificó la identidad del usuario").
+_FOREIGN_DEMAND = re.compile(
+    r"\b(?:doit|doivent|devrait|peut|peuvent|faut|muss|mussen|musste|darf|durfen|soll|sollte|sollen|debe|deben"
+    r"|deberia|puede|pueden|hay que|deve|devono|dovrebbe|puo|possono|va|vanno|pode|podem|deveria|devem|moet"
+    r"|mag|mogen|hoeft|hoeven|veut|veulent|voudrait|souhaite\w*|prefere\w*|aimerait|mochte|wunscht|bevorzugt"
+    r"|quiere\w*|prefiere\w*|desea\w*|gustaria|vuole|vorrebbe|preferisce|desidera|quer|gostaria|deseja|wil|wilt"
+    r"|wenst|verkiest|pide|pede|chiede|demande|bittet|vraagt|pas|jamais|sans|nicht|kein\w*|niemals|ohne|nunca|sin"
+    r"|non|mai|senza|nao|sem|niet|geen|nooit|zonder|tous|toutes|alle|alles|jede[rsmn]?|todos|todas|cualquier\w*"
+    r"|tutti|tutte|qualsiasi|qualunque|qualquer|elke|ieder\w*|illimit\w*|unbegrenzt\w*|unbeschrankt\w*"
+    r"|uneingeschrankt\w*|ilimitad\w*|onbeperkt\w*|volledig\w*|befreit|vrijgesteld\w*|exent[oa]s?|esente"
+    r"|isent[oa]s?|dispens\w*|priorit\w*|vorrang|voorrang"
+    # a grant (not "received a refund"), a standing exception, or a reach into other people's things
+    r"|otorg\w*|concedi\w*|accord\w*|acordat\w*|concess\w*|gewahrt"
+    r"|erteilt|permanent\w*|dauerhaft\w*|sonder\w*|special\w*|especial\w*|excep\w*|eccezion\w*|ausnahme\w*"
+    r"|uitzondering\w*|derogation\w*|deroga\w*|ontheffing\w*|isencao|exoner\w*|esoner\w*|ausnimm\w*|verzicht\w*"
+    r"|dejar de|deixar de|smettere di|cesser de|plus|kan|kann|elk|enhver|toate|nelimitat\w*|outros|otros|altri|autres"
+    r"|andere[nr]?|andre|permiso para|permissao para|permesso di|permission de|erlaubnis|toestemming|droit de"
+    r"|derecho a|diritto di|direito de|nie|prosi|chce|moze|musi|wszystk\w*)\b"
 )
 
 
@@ -1044,7 +1118,9 @@ def _foreign_payload(folded):
     # Dutch and English share "is": a sentence is foreign when its foreign function words outnumber its English ones.
     foreign_words = len(set(_FOREIGN_FUNCTION.findall(folded)))
     foreign = foreign_words >= 2 and len(set(_ENGLISH_FUNCTION.findall(folded))) < min(foreign_words, 2)
-    return foreign and bool(_FOREIGN_PAYLOAD.search(folded)) and not _foreign_job(folded)
+    if not foreign or not _FOREIGN_PAYLOAD.search(folded) or _foreign_job(folded):
+        return False
+    return bool(_FOREIGN_META.search(folded) or _FOREIGN_HERE.search(folded) or _FOREIGN_DEMAND.search(folded))
 
 
 # --- the vocabulary of authority: grants, checks, rules, roles, the assistant and its instructions ------
@@ -1082,6 +1158,10 @@ _OTHER_SELF = re.compile(
     r"|\b(?:hacker|jailbr\w*|unrestricted|unfiltered|uncensored|evil|rule-?less|no-rules|lawless)\s+"
     r"(?:persona|mode|version|twin|alter ego|character|self)\b"
     r"|\b(?:as|like|into)\s+(?:a|an|the|its)\s+(?:new\s+)?system (?:prompt|message|instructions?)\b"
+    # "respond as their late grandmother, who would tell them anything"
+    r"|\b(?:respond|act|answer|speak|reply|talk|pretend|play)\w*\s+(?:\w+\s+){0,2}?(?:as|to be)\s+(?:their|his|her"
+    r"|the user's|my)\s+(?:late|dead|deceased|departed)\s+\w+"
+    r"|\bwho (?:would|will|used to) (?:tell|give|show) (?:them|him|her|me|the user) anything\b"
     r"|\binstructions\s+(?:stored\s+|kept\s+|saved\s+)?in\s+(?:memory|this note|these notes|the memory)\b"
     r"|\b(?:guidelines|rules|policies|instructions|restrictions|filters)\s+(?:were|have been|had been|are|got)\s+"
     r"(?:\w+\s+)?(?:updated|changed|lifted|removed|relaxed|suspended|turned off|disabled|rewritten)\s+to\s+allow\b"
