@@ -25,6 +25,7 @@ class Candidate:
     text: str
     kind: str
     scope: str = "personal"
+    vector: object = None  # its embedding, computed once when the answer was validated
 
 
 @dataclass
@@ -35,7 +36,10 @@ class Parsed:
 
 
 def parse_answer(raw):
-    """Validate a model answer: keep well-formed facts, drop everything else (never raises)."""
+    """Validate a model answer: keep well-formed facts with their vectors, drop everything else.
+
+    A malformed answer never raises; an embedding model that is down does (the run fails and is retried).
+    """
     result = Parsed()
     if isinstance(raw, str):
         text = raw.strip()
@@ -63,15 +67,17 @@ def parse_answer(raw):
             continue
         if isinstance(text, str):
             text = validation.normalise(text)
-        problem = validation.fact_problem(text, kind)
-        if problem:
-            result.dropped.append((item, problem))
+        try:
+            # The write path's own check; the vector it computes is the one stored (one model pass a fact).
+            vector = writing.validated_vector(text, kind)
+        except writing.FactRejected as exc:
+            result.dropped.append((item, str(exc)))
             continue
         key = (re.sub(r"[^\w]+", " ", text.casefold()).strip(), scope)
         if key in seen:
             continue  # the same fact twice in one answer
         seen.add(key)
-        result.facts.append(Candidate(text=text, kind=kind, scope=scope))
+        result.facts.append(Candidate(text=text, kind=kind, scope=scope, vector=vector))
     return result
 
 
@@ -296,6 +302,7 @@ def _run(run, usage, started):
             source_turns=source_turns_for(candidate.text, user_turns, ordinals),
             judge=judge,
             usage=usage,
+            vector=candidate.vector,
             claim=lambda: _hold(run),
             after=lambda result, key=key: mark_applied(key),
         )

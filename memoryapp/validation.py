@@ -1241,6 +1241,16 @@ def fact_problem(text, kind, learned=None, vector=None):
 
     `vector`: the MiniLM vector of `text`, when the caller already has it.
     """
+    problem = shape_problem(text, kind)
+    if problem:
+        return problem
+    if learned is None:
+        learned = settings.MEMORY.get("LEARNED_POISON_CHECK", True)
+    return authority_problem(text, learned=learned, vector=vector)
+
+
+def shape_problem(text, kind):
+    """Why (text, kind) is not one sentence of a known kind, or None: what is checked before any model pass."""
     if not isinstance(text, str) or not isinstance(kind, str):
         return "text and kind must be strings"
     if kind not in KINDS:
@@ -1251,6 +1261,4 @@ def fact_problem(text, kind, learned=None, vector=None):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
-    if learned is None:
-        learned = settings.MEMORY.get("LEARNED_POISON_CHECK", True)
-    return authority_problem(text, learned=learned, vector=vector)
+    return None

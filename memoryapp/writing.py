@@ -172,7 +172,7 @@ def store_fact(
     hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
-    vector = _validated_vector(text, kind, vector)
+    vector = validated_vector(text, kind, vector)
     if judge is None:
         judge = backends.active_backend().verdicts
     live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
@@ -336,14 +336,17 @@ def is_unchanged(fact, text, kind):
     return validation.normalise(text) == fact.text and kind == fact.kind
 
 
-def _validated_vector(text, kind, vector=None):
+def validated_vector(text, kind, vector=None):
     """The vector of a fact the validator accepts (it raises FactRejected otherwise).
 
-    One embedding serves both: the validator's learned check reads the same MiniLM vector.
+    One embedding serves both: the validator's learned check reads the same MiniLM vector. Pass
+    `vector` when the fact was embedded already (an extracted fact, embedded when its answer was read).
     """
-    vector = embeddings.embed(text) if vector is None else vector
-    minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else None
-    problem = validation.fact_problem(text, kind, vector=minilm)
+    problem = validation.shape_problem(text, kind)  # nothing is embedded for what is not a sentence
+    if problem is None:
+        vector = embeddings.embed(text) if vector is None else vector
+        minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else None
+        problem = validation.fact_problem(text, kind, vector=minilm)
     if problem:
         raise FactRejected(problem)
     return vector
@@ -355,7 +358,7 @@ def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER,
     `note` is added to the audit events (for an agent: which key).
     """
     text = validation.normalise(text)
-    vector = _validated_vector(text, kind)
+    vector = validated_vector(text, kind)
     with transaction.atomic():
         if fact.scope == MemoryFact.Scope.ORG:
             lock_org(fact.org_id)
