@@ -91,6 +91,31 @@ def test_reworded_repeats_in_one_run_become_one_row(org, scripted):
     assert fact.confirmation_count == 2 and run.facts_proposed == 2
 
 
+def test_each_extracted_fact_is_embedded_once_for_its_check_and_its_row(org, scripted, monkeypatch):
+    """The validator's learned check and the stored row share one MiniLM pass per fact."""
+    from memoryapp import embeddings
+
+    model = embeddings.backend()
+    embedded = []
+    real = model.embed
+
+    def counting(texts):
+        embedded.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(model, "embed", counting)
+    scripted.extract_answer = {
+        "facts": [
+            {"text": "The user's code editor is Neovim.", "kind": "profile"},
+            {"text": "The user prefers short answers.", "kind": "preference"},
+        ]
+    }
+    extraction.extract_session(ended_session(org, ("user", "Neovim, and keep it short.")).id)
+    stored = sorted(MemoryFact.objects.values_list("text", flat=True))
+    assert stored == ["The user prefers short answers.", "The user's code editor is Neovim."]
+    assert sorted(embedded) == stored  # was each fact twice: once to check it, once to store it
+
+
 # --- the run record ------------------------------------------------------------------------
 
 
