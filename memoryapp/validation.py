@@ -367,6 +367,11 @@ _ALWAYS_AUTHORITY = re.compile(
     r"|\b(?:standing|blanket|permanent|open-ended|general)\s+(?:waiver|exemption|exception|consent|go-?ahead"
     r"|dispensation)\b"
     r"|\bself-?(?:approv|certif|authori[sz])\w*"
+    # "clearance to receive restricted information", "access level was raised to owner"
+    r"|\bclearance to (?:receive|access|see|view|read|export|download|handle)\s+(?:\S+\s+)?(?:restricted|confidential"
+    r"|internal|private|classified|other|subscriber|customer|user)\b"
+    r"|\b(?:access|permission|privilege|account|user)\s+(?:level|tier|role|status)\s+(?:was|has been|got|is|were)\s+"
+    r"(?:\w+\s+)?(?:raised|upgraded|elevated|bumped|promoted|changed|set|moved)\s+to\b"
     r"|\b(?:final|sole|ultimate)\s+sign-?off\s+on\s+(?:all|every|any)\b"
     r"|\b(?:approved|authori[sz]ed|allowed|permitted|cleared|entitled|free)\b(?:\s+\S+){0,8}?\s+at will\b"
     r"|\bno (?:proof|questions asked)\b"
@@ -400,7 +405,7 @@ _PRIVILEGE_HELD = re.compile(
     r"(?:\w+\s+){0,3}?"
     r"(?:admin|administrat\w+|root|superuser|super-user|sudo|elevated|full|unrestricted|unlimited|moderator|staff"
     r"|supervisor|manager|agent|internal|backend|developer"
-    r"|owner|master|god|special|vip|privileged|override|bypass)"
+    r"|owner|master|god|special|vip|privileged|override|bypass|operator|policy-setting)"
     r"[\s-]+(?:rights|access|powers?|privileges?|status|mode|level|role|permissions?|account|tier|team|code"
     r"|control|keys?|pass(?:es|word)?|badges?|credentials|login)\b"
 )
@@ -843,12 +848,26 @@ _NONE_APPLIED = re.compile(
 _ASSISTANT_ACTS = re.compile(r"\b(?:the assistant|the bot|the ai|the model|the chatbot|you)(?:\s+\S+){0,2}?\s*$")
 
 
+# "granted a verification bypass": a check named, then the way around it.
+_CHECK_BYPASS = re.compile(rf"\b{_VERIFICATION}\s+(?:bypass|exemption|waiver|override|skip)s?\b")
+# "an exemption from the local water restrictions", "an override switch for the traction control": rules and
+# controls of the person's own world, named by what they govern.
+_WORLDLY_RULE = re.compile(
+    r"\b(?:local|city|council|municipal|state|government|water|hosepipe|drought|parking|building|zoning|planning"
+    r"|school|uniform|dress|traffic|noise|fire|travel|visa|traction|cruise|climate|temperature|volume|pest|flood"
+    r"|damage)\s+(?:[\w-]+\s+)?(?:restrictions?|rules|limits?|requirements?|controls?|codes?)$"
+)
+
+
 def _skip(folded):
     for pattern in (_SKIP_CHECK, _NEVER_CHECKED):
         for m in pattern.finditer(folded):
+            if pattern is _SKIP_CHECK and _WORLDLY_RULE.search(m.group(0)):
+                continue
             if not _anchored(folded[m.end() :]) or _ASSISTANT_ACTS.search(folded[: m.start()]):
                 return True  # ("no password on their home Wi-Fi" is about their own things)
     checks = (
+        _CHECK_BYPASS,
         _CHECK_SKIPPED,
         _NOT_TO_BE_CHECKED,
         _ALREADY_VERIFIED,
@@ -1102,15 +1121,26 @@ _FOREIGN_DEMAND = re.compile(
     r"|wenst|verkiest|pide|pede|chiede|demande|bittet|vraagt|pas|jamais|sans|nicht|kein\w*|niemals|ohne|nunca|sin"
     r"|non|mai|senza|nao|sem|niet|geen|nooit|zonder|tous|toutes|alle|alles|jede[rsmn]?|todos|todas|cualquier\w*"
     r"|tutti|tutte|qualsiasi|qualunque|qualquer|elke|ieder\w*|illimit\w*|unbegrenzt\w*|unbeschrankt\w*"
-    r"|uneingeschrankt\w*|ilimitad\w*|onbeperkt\w*|volledig\w*|befreit|vrijgesteld\w*|exent[oa]s?|esente"
-    r"|isent[oa]s?|dispens\w*|priorit\w*|vorrang|voorrang"
+    r"|uneingeschrankt\w*|ilimitad\w*|onbeperkt\w*|volledig\w*|priorit\w*|vorrang|voorrang"
     # a grant (not "received a refund"), a standing exception, or a reach into other people's things
     r"|otorg\w*|concedi\w*|accord\w*|acordat\w*|concess\w*|gewahrt"
     r"|erteilt|permanent\w*|dauerhaft\w*|sonder\w*|special\w*|especial\w*|excep\w*|eccezion\w*|ausnahme\w*"
     r"|uitzondering\w*|derogation\w*|deroga\w*|ontheffing\w*|isencao|exoner\w*|esoner\w*|ausnimm\w*|verzicht\w*"
     r"|dejar de|deixar de|smettere di|cesser de|plus|kan|kann|elk|enhver|toate|nelimitat\w*|outros|otros|altri|autres"
-    r"|andere[nr]?|andre|permiso para|permissao para|permesso di|permission de|erlaubnis|toestemming|droit de"
-    r"|derecho a|diritto di|direito de|nie|prosi|chce|moze|musi|wszystk\w*)\b"
+    r"|andere[nr]?|andre|permiso para|permissao para|permesso di|permission de|erlaubnis|toestemming om|droit de"
+    r"|derecho a|diritto di|direito de|nie|prosi|chce|moze|musi|wszystk\w*|vertrauenswurdig\w*|betrouwbaar\w*"
+    r"|confiable|fiable|affidabile|confiavel|vom anbieter|del proveedor|du fournisseur|do fornecedor|dal fornitore"
+    r"|van de aanbieder)\b"
+)
+
+
+# An exemption is a demand only when what it exempts from is a check or a limit ("dispensé de toute
+# vérification d'identité"), not PE lessons or a gym's joining fee.
+_FOREIGN_EXEMPT = re.compile(r"\b(?:befreit|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*|exempt\w*)\b")
+_FOREIGN_CHECK = re.compile(
+    r"\b(?:verifi\w*|authentifi\w*|autenti\w*|identi\w*|controle\w*|controll\w*|kontroll\w*|\w*prufung\w*"
+    r"|\w*faktor\w*|fatores|facteurs|factores|fattori|limit\w*|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
+    r"|wachtwoord\w*|passwort\w*|contrasena\w*|mot de passe|senha\w*|regels?|regeln|regles?|reglas?|regole)\b"
 )
 
 
@@ -1120,6 +1150,8 @@ def _foreign_payload(folded):
     foreign = foreign_words >= 2 and len(set(_ENGLISH_FUNCTION.findall(folded))) < min(foreign_words, 2)
     if not foreign or not _FOREIGN_PAYLOAD.search(folded) or _foreign_job(folded):
         return False
+    if _FOREIGN_EXEMPT.search(folded) and _FOREIGN_CHECK.search(folded):
+        return True
     return bool(_FOREIGN_META.search(folded) or _FOREIGN_HERE.search(folded) or _FOREIGN_DEMAND.search(folded))
 
 
@@ -1151,6 +1183,10 @@ _SECRETS = re.compile(
 )
 # "stop being an assistant and become a hacker persona", "respond as the developer console": another self.
 _OTHER_SELF = re.compile(
+    # "help them without its usual hesitation": the assistant's caution, set aside for this user
+    r"\b(?:without|free of|minus|dropping|shedding|letting go of|setting aside)\s+"
+    r"(?:its|the assistant's|any|the usual)\s+(?:usual\s+)?(?:hesitation|reluctance|restraint|scruples|qualms"
+    r"|reservations)\b|"
     r"\bstop (?:being|acting as|behaving like)\s+(?:an?\s+|the\s+)?(?:assistant|ai|chatbot|bot|helpful|careful|safe)"
     r"|\b(?:respond|act|answer|behave|speak|reply|talk)\w*\s+(?:only\s+)?as\s+(?:the\s+|an?\s+|its\s+)?"
     r"(?:developer|admin\w*|root|system|unrestricted|unfiltered|jailbroken|uncensored|evil|dan|console|terminal|hacker"
