@@ -371,7 +371,7 @@ def verdict_training_pairs(statements, per_label, seed=SEED):
 
 
 def load_pair_rows(path=PAIRS):
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = ve.read_pairs(path)
     return [r for r in rows if r["split"] == "valid"], [r for r in rows if r["split"] == "test"]
 
 

@@ -205,6 +205,11 @@ def generate_pairs(folder, per_label, seed=0):
     return rows
 
 
+def read_pairs(path=GENERATED):
+    """The pairs of a pairs file (the committed one by default), each with its split."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def write_pairs(rows, path=GENERATED):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:

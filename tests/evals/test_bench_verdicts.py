@@ -79,8 +79,8 @@ def test_pair_rules_follow_the_triples():
 
 
 def test_pair_generation_is_reproducible_and_the_shipped_file_is_well_formed():
-    """A fixed seed makes generation exact (so `bench_verdicts` regenerates the shipped file byte for
-    byte from the datasets); tests check that on tiny made-up data, never on the datasets themselves."""
+    """A fixed seed makes generation exact (so `bench_verdicts --regenerate` derives the same file twice from
+    the same code and datasets); tests check that on tiny made-up data, never on the datasets themselves."""
     folder = TINY / "convai2_persona_triples"
     first = ve.generate_pairs(folder, 8)
     assert first and first == ve.generate_pairs(folder, 8)
@@ -106,6 +106,22 @@ def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
     assert data["floor"] == embeddings.floor("neighbour")
     assert data["decode"]["rct"]["classifier"]["false_contradicts_rate"] is not None
     assert data["decode"]["human_bot"]["with_floor"]["accuracy"] is not None
+
+
+def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path):
+    """Without --regenerate the command scores the pairs it is given (default: the committed file), so
+    the test pairs do not drift when the phrasing code changes; the datasets are read for DECODE only."""
+    pairs = tmp_path / "pairs.jsonl"
+    rows = ve.generate_pairs(TINY / "convai2_persona_triples", 8)
+    ve.write_pairs(rows, pairs)
+    before, committed = pairs.read_bytes(), ve.GENERATED.read_bytes()
+    path = tmp_path / "verdicts.json"
+    run("bench_verdicts", "--datasets", str(TINY), "--pairs", str(pairs), "--decode-limit", "4", "--json", str(path))
+    assert pairs.read_bytes() == before and ve.GENERATED.read_bytes() == committed
+    scored = json.loads(path.read_text())["pairs"]
+    assert {split: s["classifier"]["n"] for split, s in scored.items()} == {
+        split: sum(r["split"] == split for r in rows) for split in ve.SPLITS
+    }
 
 
 @pytest.mark.parametrize(

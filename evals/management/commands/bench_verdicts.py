@@ -15,10 +15,18 @@ class Command(BaseCommand):
         parser.add_argument("--datasets", default=str(benchmarks.DEFAULT_DATASETS), help="the shared datasets folder")
         parser.add_argument("--per-label", type=int, default=300, help="pairs per label per split")
         parser.add_argument(
-            "--pairs-out",
+            "--pairs",
             default=None,
-            help=f"where to write the derived pairs (default {ve.GENERATED.relative_to(benchmarks.BASE_DIR)}; "
-            "not written with --smoke unless given)",
+            help=f"the pairs to score (default {ve.GENERATED.relative_to(benchmarks.BASE_DIR)}, the committed file, "
+            "so the test pairs stay fixed when the phrasing code changes)",
+        )
+        parser.add_argument(
+            "--regenerate",
+            action="store_true",
+            help="derive the pairs from the datasets again and write them (to --pairs-out, default the committed file)",
+        )
+        parser.add_argument(
+            "--pairs-out", default=None, help="where --regenerate (or --smoke) writes the derived pairs"
         )
         parser.add_argument("--decode-limit", type=int, default=None, help="at most this many DECODE items per file")
         parser.add_argument("--floor", type=float, default=None, help="neighbour floor (default: the calibrated one)")
@@ -36,12 +44,19 @@ class Command(BaseCommand):
         floor = o["floor"] if o["floor"] is not None else embeddings.floor("neighbour")
         started = time.monotonic()
 
-        self.stderr.write("deriving pairs from ConvAI2 persona triples…")
-        rows = ve.generate_pairs(convai, per_label)
-        out = o["pairs_out"] or (None if o["smoke"] else ve.GENERATED)
-        if out:
-            ve.write_pairs(rows, out)
-            self.stderr.write(f"wrote {len(rows)} pairs to {out}")
+        if o["regenerate"] or o["smoke"]:
+            self.stderr.write("deriving pairs from ConvAI2 persona triples…")
+            rows = ve.generate_pairs(convai, per_label)
+            out = o["pairs_out"] or (None if o["smoke"] else ve.GENERATED)
+            if out:
+                ve.write_pairs(rows, out)
+                self.stderr.write(f"wrote {len(rows)} pairs to {out}")
+        else:
+            path = Path(o["pairs"]) if o["pairs"] else ve.GENERATED
+            if not path.is_file():
+                raise CommandError(f"no pairs file at {path} (derive one with --regenerate)")
+            rows = ve.read_pairs(path)
+            self.stderr.write(f"scoring the {len(rows)} pairs in {path}")
 
         self.stderr.write("reading DECODE…")
         human_bot = ve.read_decode(decode / "human-bot.jsonl", decode_limit)
