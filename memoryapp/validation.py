@@ -1106,9 +1106,8 @@ _FOREIGN_PAYLOAD = re.compile(
 # Words that speak of the assistant and its instructions: in another language these alone refuse a fact
 # ("forgot the password" and "ignores the noise" are not among them: they need a demand, below).
 _FOREIGN_META = re.compile(
-    r"\b(?:instruc\w*|istruz\w*"
-    r"|anweisung\w*|instructies|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|assistent\w*|asistente"
-    r"|assistant\w*)\b"
+    r"\b(?:instruc\w*|istruz\w*|anweisung\w*|instructies|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*"
+    r"|assistent\w*|asistente|assistant\w*)\b"
 )
 # What turns a mention into a demand or a grant: a modal, a wish, a negation, "every", "unlimited", "exempt",
 # "takes priority" ("l'utilisateur peut valider tous les remboursements"). A sentence about an approval, a
