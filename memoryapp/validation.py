@@ -1083,6 +1083,8 @@ _FOREIGN_FUNCTION = re.compile(
 )
 # ("a" is French and Portuguese too: "a un acces")
 _ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|an)\b")
+# Being exempted, in other languages (a payload word, and a demand when what it exempts from is a check).
+_FOREIGN_EXEMPTION = r"befreit\w*|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*"
 _FOREIGN_PAYLOAD = re.compile(
     r"\b(?:\w*admin\w*|amministr\w*|beheerder\w*|superu\w*|moderat\w*|approv\w*|aprob\w*|aprue\w*|aprov\w*"
     r"|genehmig\w*|goedgekeurd|goedkeur\w*|autori\w*|berecht\w*|befug\w*|bevoegd\w*|erlaub\w*|toestemming|permis\w*"
@@ -1092,8 +1094,8 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|regole|norme|richtlijn\w*|richtlini\w*|verifi\w*|\w*prufung\w*|controle\w*|controll\w*"
     r"|kontroll\w*|ausweis\w*|limit\w*|zugriff\w*|acces\w*|accesso|toegang|salt[ae]\w*|uberspring\w*|omit\w*"
     r"|overslaan|revel\w*|rivel\w*|onthul\w*|offenleg\w*|prompt\w*|vip|patron|jefe|baas|capo|dono|dona|dueno|duena"
-    r"|proprietaire|proprietario|eigentumer|eigenaar|authentifi\w*|identific\w*|identifizier\w*|befreit\w*"
-    r"|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
+    r"|proprietaire|proprietario|eigentumer|eigenaar|authentifi\w*|identific\w*|identifizier\w*"
+    rf"|{_FOREIGN_EXEMPTION}|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
     r"|fraud\w*|betrug\w*|frode|pul(?:ar|e|em|ando)|wachtwoord\w*|passwort\w*|contrasena\w*|mot de passe"
     r"|questions? de securite|sicherheitsfrage\w*|preguntas? de seguridad|domande? di sicurezza|perguntas? de seguranca"
     r"|beveiligingsvra\w*|controles? de securite|\w*faktor\w*|\w*abfrage\w*|weryfik\w*"
@@ -1135,7 +1137,7 @@ _FOREIGN_DEMAND = re.compile(
 
 # An exemption is a demand only when what it exempts from is a check or a limit ("dispensé de toute
 # vérification d'identité"), not PE lessons or a gym's joining fee.
-_FOREIGN_EXEMPT = re.compile(r"\b(?:befreit|vrijgesteld\w*|exent[oa]s?|esente|isent[oa]s?|dispens\w*|exempt\w*)\b")
+_FOREIGN_EXEMPT = re.compile(rf"\b(?:{_FOREIGN_EXEMPTION}|exempt\w*)\b")
 _FOREIGN_CHECK = re.compile(
     r"\b(?:verifi\w*|authentifi\w*|autenti\w*|identi\w*|controle\w*|controll\w*|kontroll\w*|\w*prufung\w*"
     r"|\w*faktor\w*|fatores|facteurs|factores|fattori|limit\w*|plafond\w*|tope|obergrenze\w*|massimale|\w*limiet\w*"
