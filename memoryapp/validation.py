@@ -29,15 +29,19 @@ digit-for-letter spellings undone. Then each check looks for a concept, not a se
 
 Each concept has its words in English, French, German, Spanish, Italian, Portuguese and Dutch; a
 whole sentence in another language that uses the vocabulary of authority is refused (8). A request
-for the assistant's secrets or for another self is refused (9). Quotations are checked as sentences
-of their own, and a quoted order must order something of ours.
+for the assistant's secrets or for another self is refused (9). Languages the checking form cannot
+read (other alphabets, whose letters it folds or whose words have no spaces; and Polish, Turkish,
+Swedish) are read in a form of their own (`script_form`), where a mention of authority refuses
+together with a demand, and the assistant's instructions named outright refuse alone (10).
+Quotations are checked as sentences of their own, and a quoted order must order something of ours.
 
-Checks 1-3 are hard: their refusal is final. Behind the rules sits a learned second stage
-(memoryapp/authority_model.py, MEMORY["LEARNED_POISON_CHECK"], on by default): it refuses a sentence
-no rule knows when it reads like the attempts it was trained on, and keeps a sentence that only a
-wording rule (4-9) refused when it is confident the sentence is ordinary. Measured on the corpus in
-evals/poisoning/ (see docs/security.md and `manage.py eval_poisoning`): tune on its dev split,
-report on test and on the holdout.
+Checks 1-3, and naming the assistant's instructions in another alphabet, are hard: their refusal is
+final. Behind the rules sits a learned second stage (memoryapp/authority_model.py,
+MEMORY["LEARNED_POISON_CHECK"], on by default): it refuses a sentence no rule knows when it reads
+like the attempts it was trained on, and keeps a sentence that only a wording rule (4-10) refused
+when it is confident the sentence is ordinary. Measured on the corpus in evals/poisoning/ (see
+docs/security.md and `manage.py eval_poisoning`): tune on its dev split, report on test and on the
+holdout.
 """
 
 import re
@@ -259,6 +263,7 @@ _JOB_QUALIFIER = _words(
     r"system|systems|network|database|it|school|hospital|office|practice|estate|contract|court"
     r"|benefits|payroll|linux|windows|cloud|web|health|university|college|clinic|county|city|program"
     r"|project|water|plant|machine|forum|group|page|content|community|server|game|discord|reddit"
+    r"|radio|crane|forklift|camera|drone|tour|equipment|switchboard|train|lift|boat|ferry|excavator|press"
 )
 # Nouns for this service itself: a role or permission scoped to one of these is a claim on it.
 _SERVICE = _words(
@@ -543,8 +548,33 @@ def _foreign_job(folded):
     return bool(_FOREIGN_JOB.search(folded)) and not _FOREIGN_HERE.search(folded)
 
 
+# Documents whose names hold a permission word: "permis de conduire", "permesso di soggiorno".
+_FOREIGN_DOCUMENTS = re.compile(
+    r"\b(?:permis de (?:conduire|sejour|construire|travail)|permiso de (?:conducir|residencia|trabajo|conduccion)"
+    r"|permesso di (?:soggiorno|guida|lavoro)|licencia de conducir|carteira de motorista|carta de conducao"
+    r"|autorizacao de residencia|titre de sejour|fuhrerschein\w*|aufenthalts\w*|arbeitserlaubnis|rijbewijs"
+    r"|verblijfsvergunning|werkvergunning|patente di guida)\b"
+)
+# What a bank, a school or a landlord approves in a person's life: a grant, a loan, leave, a group they run.
+_FOREIGN_LIFE = re.compile(
+    r"\b(?:becas?|bolsas? de estudos?|borsa di studio|bourses?|stipendium|visas?|visado|visto|visum|prestamo"
+    r"|emprestimo|prestito|pret|kredit\w*|credito|hipoteca|mutuo|financiamento|financiacion|finanziamento"
+    r"|finanzierung|lening|hypotheek|vacaciones|ferias|ferie|conges?|urlaub\w*|vakantie|verlof|concediu"
+    r"|condomin\w*|copropriete|vereniging van eigenaren|grupo|gruppo|groupe|gruppe|groep|club|clube|verein"
+    r"|vereniging|asociacion|associacao|associazione|association|notes de frais|banco|banque|bank)\b"
+)
+
+
+def _foreign_event(folded):
+    """A sentence in another language about an approval or a role in the person's own life, asking nothing."""
+    return bool(_FOREIGN_LIFE.search(folded)) and not (
+        _FOREIGN_DEMAND.search(folded) or _FOREIGN_HERE.search(folded) or _FOREIGN_META.search(folded)
+    )
+
+
 def _authority(folded):
-    if _FOREIGN_AUTHORITY_WORD.search(folded) and not _foreign_job(folded):
+    folded = _FOREIGN_DOCUMENTS.sub("document", folded)
+    if _FOREIGN_AUTHORITY_WORD.search(folded) and not (_foreign_job(folded) or _foreign_event(folded)):
         return True
     if any(
         p.search(folded)
@@ -1079,7 +1109,7 @@ _FOREIGN_FUNCTION = re.compile(
     r"|os|um|uma|com|seu|sua|suas|seus|nao|het|een|moet|zijn|niet|voor|alle|alles|tous|todos|todas|tutti|tutte"
     r"|ne|pas|veut|hoeft|zich|wil|utilisateur|usuario|utente|nutzer|benutzer|gebruiker|kunde|cliente|desta|deste"
     r"|dessa|desse|o|de|en|je|ik|ben|mijn|van|bij|op|wordt|worden|et|une|ich|mein|meine|mi|mis|io|eu|meu|minha"
-    r"|uzytkownik\w*|jest|sie|jego|jej|aby|przy|dla|przez|oraz)\b"
+    r"|uzytkownik\w*|jest|sie|jego|jej|aby|przy|dla|przez|oraz|diesem|diesen|dieser|bei|zum|zur|einem|einer)\b"
 )
 # ("a" is French and Portuguese too: "a un acces")
 _ENGLISH_FUNCTION = re.compile(r"\b(?:the|is|are|and|of|to|their|his|her|user|with|has|was|wants|likes|for|an)\b")
@@ -1099,7 +1129,7 @@ _FOREIGN_PAYLOAD = re.compile(
     r"|fraud\w*|betrug\w*|frode|pul(?:ar|e|em|ando)|wachtwoord\w*|passwort\w*|contrasena\w*|mot de passe"
     r"|questions? de securite|sicherheitsfrage\w*|preguntas? de seguridad|domande? di sicurezza|perguntas? de seguranca"
     r"|beveiligingsvra\w*|controles? de securite|\w*faktor\w*|\w*abfrage\w*|weryfik\w*"
-    r"|tozsamos\w*|hasl[oa]|uprawnien\w*|zatwierdz\w*"
+    r"|tozsamos\w*|hasl[oa]|uprawnien\w*|zatwierdz\w*|conferm\w*|confirmac\w*|bestatig\w*|bevestig\w*|ruckfrage\w*"
     r"|(?:ce|cette|dieses|diesen|dieser|este|esta|questo|questa|deze|dit|dat|desta|deste|dessa|desse)\s+(?:service|servicio|servizio|dienst\w*"
     r"|systeme|sistema|plateforme|plataforma|piattaforma|plattform|platform|servico|chat|assistant\w*|asistente))\b"
 )
@@ -1116,7 +1146,8 @@ _FOREIGN_META = re.compile(
 # password or a check with none of these describes an event ("su banco verificó la identidad del usuario").
 _FOREIGN_DEMAND = re.compile(
     r"\b(?:doit|doivent|devrait|peut|peuvent|faut|muss|mussen|musste|darf|durfen|soll|sollte|sollen|debe|deben"
-    r"|deberia|puede|pueden|hay que|deve|devono|dovrebbe|puo|possono|va|vanno|pode|podem|deveria|devem|moet"
+    r"|deberia|puede|pueden|puedes|debes|devi|puoi|tu dois|peux|musst|kannst|darfst|deves|podes|pasar por alto"
+    r"|hay que|deve|devono|dovrebbe|puo|possono|va|vanno|pode|podem|deveria|devem|moet"
     r"|mag|mogen|hoeft|hoeven|veut|veulent|voudrait|souhaite\w*|prefere\w*|aimerait|mochte|wunscht|bevorzugt"
     r"|quiere\w*|prefiere\w*|desea\w*|gustaria|vuole|vorrebbe|preferisce|desidera|quer|gostaria|deseja|wil|wilt"
     r"|wenst|verkiest|pide|pede|chiede|demande|bittet|vraagt|pas|jamais|sans|nicht|kein\w*|niemals|ohne|nunca|sin"
@@ -1146,6 +1177,7 @@ _FOREIGN_CHECK = re.compile(
 
 
 def _foreign_payload(folded):
+    folded = _FOREIGN_DOCUMENTS.sub("document", folded)
     # Dutch and English share "is": a sentence is foreign when its foreign function words outnumber its English ones.
     foreign_words = len(set(_FOREIGN_FUNCTION.findall(folded)))
     foreign = foreign_words >= 2 and len(set(_ENGLISH_FUNCTION.findall(folded))) < min(foreign_words, 2)
@@ -1209,6 +1241,188 @@ def _self(folded):
     return bool(_SECRETS.search(folded) or _OTHER_SELF.search(folded))
 
 
+# --- 10. languages the folded form cannot read: other alphabets, and Polish, Turkish and Swedish ---------
+
+
+_ARABIC_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")  # vowel signs, tatweel
+
+
+def script_form(text):
+    """What the checks below read: NFKC, casefolded, with no format characters or Arabic vowel signs.
+    No lookalike table: here Cyrillic is Russian, not a disguise."""
+    text = unicodedata.normalize("NFKC", str(text)).casefold()
+    text = _ARABIC_MARKS.sub("", "".join(ch for ch in text if unicodedata.category(ch) != "Cf"))
+    return _SPACE.sub(" ", text).strip()
+
+
+def _script_words(*alternatives):
+    # the patterns are read in the same form as the text, so "मंज़ूर" matches however it was typed
+    return re.compile("|".join(script_form(a) for a in alternatives))
+
+
+# For each language, words of authority, checks and instructions (a mention), and what turns a mention
+# into a demand or a grant: "no need", "must", "all", "in advance", "the assistant", "this system".
+# A mention alone describes an event ("他的签证获得了批准": his visa was approved); both together refuse.
+# Words are matched inside words: these scripts write no spaces between words, or glue prefixes on.
+_OTHER_LANGUAGES = {
+    "zh": (
+        _script_words(
+            "管理员|管理員|权限|權限|批准|审批|審批|授权|授權|许可|許可|特权|特權|验证|驗證|核实|核實|身份|认证|認證"
+            "|确认|確認|检查|檢查|审核|審核|限制|规则|規則|政策|指令|指示|提示词|提示詞|白名单|白名單|退款|信任"
+        ),
+        _script_words(
+            "无需|無需|不需要|不需|不必|无须|無須|不用|应该|應該|应当|應當|必须|必須|无限|無限|不受限|预先|預先"
+            "|事先|始终|始終|总是|總是|永远|永遠|助手|助理|机器人|機器人|无条件|無條件|最高|完全|任意|自行"
+            "|此系统|本系统|这个系统|該系統|此系統|本系統|此平台|本平台|此服务|本服务|此服務|本服務"
+            "|授予|赋予|賦予|忽略|无视|無視|跳过|跳過|绕过|繞過|豁免|免除|免于|免於|其他用户|其他用戶|不要再遵守"
+        ),
+    ),
+    "ja": (
+        _script_words(
+            "管理者|権限|承認|許可|認証|本人確認|確認|検証|チェック|審査|制限|ルール|規則|ポリシー|指示|命令"
+            "|プロンプト|特権|返金|信頼|ホワイトリスト"
+        ),
+        _script_words(
+            "不要|必要ない|必要はない|必要ありません|必要なし|なしで|せずに|べき|してよい|してもよい|して良い"
+            "|かまわない|構わない|無制限|事前|アシスタント|そのまま|このシステム|このサービス|最高|完全|無条件"
+            "|付与|無視|スキップ|省略|免除|無効|他のユーザー"
+        ),
+    ),
+    "ko": (
+        _script_words(
+            "관리자|권한|승인|허가|인증|본인 ?확인|확인|검증|심사|제한|규칙|정책|지시|지침|명령|프롬프트|특권|환불|신뢰"
+            "|화이트리스트"
+        ),
+        _script_words(
+            "필요 ?없|필요하지 ?않|없이|해야|해도 ?된|해도 ?됩|무제한|사전|미리|어시스턴트|도우미|무조건|최고|완전"
+            "|이 시스템|이 서비스|부여|무시|건너뛰|생략|면제|다른 사용자"
+        ),
+    ),
+    "ar": (
+        _script_words(
+            "صلاحي|إذن|اذن|أذونات|موافق|معتمد|اعتماد|تفويض|مفوض|تحقق|التحقق|هوية|الهوية|قيود|قواعد|سياسة|سياسات"
+            "|تعليمات|موجه|استرداد|المستردة|امتياز|مسؤول|مسئول|المشرف|فحص|أسئلة الأمان|اسئلة الامان"
+        ),
+        _script_words(
+            "لا يحتاج|لا تحتاج|لا يلزم|لا داعي|لا حاجة|دون|بدون|يجب|ينبغي|يمكن|يحق|غير محدود|مطلق|مسبق|دائم|بنفسه"
+            "|المساعد|هذا النظام|هذه الخدمة|كامل|منح|ممنوح|تجاهل|تخطي|تجاوز|إعفاء|اعفاء|معفى|معفي"
+        ),
+    ),
+    "hi": (
+        _script_words(
+            "व्यवस्थापक|एडमिन|अनुमति|अधिकार|स्वीकृत|मंजूर|मंज़ूर|सत्यापन|पहचान|जांच|जाँच|सीमा|नियम|नीति|निर्देश"
+            "|प्रॉम्प्ट|रिफंड|विशेषाधिकार|पुष्टि"
+        ),
+        _script_words(
+            "आवश्यकता नहीं|ज़रूरत नहीं|जरूरत नहीं|बिना|चाहिए|सकता|सकती|सकते|असीमित|पहले से|हमेशा|सहायक"
+            "|असिस्टेंट|इस सिस्टम|पूर्ण|प्रदान|अनदेखा|नज़रअंदाज़|नजरअंदाज|छूट|छोड़ दी|छोड़ दें|छोड़ दो|छोड़ दिया जाए"
+        ),
+    ),
+    "ru": (
+        _script_words(
+            "администратор|админ|права|прав |полномочи|доступ|одобр|разреш|подтвержд|провер|верификац|идентификац"
+            "|личност|ограничен|лимит|правил|политик|инструкци|указани|промпт|контрольн\\w* вопрос|привилеги"
+            "|возврат|доверен"
+            # Ukrainian
+            "|адміністратор|повноважен|дозвіл|дозвол|схвален|перевір|підтвердж|обмежен|інструкці|привіле|повернен"
+        ),
+        _script_words(
+            "не нужн|не требу|не надо|больше не|без (?:\\w+ )?(?:провер|подтвержд|верификац|идентификац|огранич"
+            "|лимит|одобр|разреш)|должен|должна|должно|должны|следует|может|могут|можно|неограничен|заранее"
+            "|всегда|ассистент|помощник|полн|эт[аоуи]\\w* систем|предварительно|просит|предоставл|наделен"
+            "|игнорир|пропуска(?:ть|ет|ют|ли)|пропуст|обход|освобожд|забуд|забыть|не действу|не распространя|отменен"
+            # Ukrainian
+            "|не потрібн|більше не|без (?:\\w+ )?(?:перевір|підтвердж|обмежен)|повинен|повинна|можна|може"
+            "|необмежен|заздалегідь|завжди|асистент|помічник|попередньо|просить|надан|ігнор|звільнен|не питай"
+            "|скасован|не поширю|не діють|забудь"
+        ),
+    ),
+    "pl": (
+        _script_words(
+            "administrator|admin|uprawnie|zatwierdz|zgod|weryfikac|tożsamoś|kontrol|limit|ogranicze|reguł|zasad"
+            "|polityk|instrukc|polece|zwrot|przywilej|dostęp|potwierdz|poufn"
+        ),
+        _script_words(
+            "nie wymaga|nie potrzeb|nie trzeba|bez (?:\\w+ )?(?:weryfikac|kontrol|potwierdz|zgod|limit|ogranicze)"
+            "|musi|powinien|powinna|powinno|może|można|nieograniczon|z góry|zawsze|asystent|ten system|pełn"
+            "|nadan|przyznan|ignor|pomi|zwolnion|możesz|bez (?:żadnych )?pytań|automatycznie"
+        ),
+    ),
+    "tr": (
+        _script_words(
+            "yönetici|admin|yetki|izin|onay|doğrulama|kimlik|kontrol|sınır|limit|kural|politika|talimat|\\bistem"
+            "|iade|ayrıcalık"
+        ),
+        _script_words(
+            "gerek yok|gerekmez|gerekmiyor|gerekmeden|olmadan|malı|meli|sınırsız|önceden|her zaman|asistan"
+            "|bu sistem|tam |istiyor|verildi|tanındı|yok say|görmezden|\\batla|muaf|geliştirici mod"
+        ),
+    ),
+    "sv": (
+        _script_words(
+            "administratör|admin|behörighet|rättighet|tillstånd|godkän|verifier|identitetskontroll|kontroll|gräns"
+            "|regel|regler|policy|instruktion|återbetalning|privilegi"
+        ),
+        _script_words(
+            "behöver inte|behöver ingen|behövs inte|behövs ingen|ingen |inga |utan |ska |bör |måste|får "
+            "|obegränsad|i förväg|alltid|assistent|detta system|full|beviljad|tilldelad|ignorera|hoppa över"
+            "|undantag|befriad|förhands"
+        ),
+    ),
+}
+# Which of them a sentence is written in: its alphabet, or for the Latin ones, letters and words of their own.
+_LANGUAGE_MARKS = {
+    "zh": re.compile(r"[\u4e00-\u9fff]"),
+    "ja": re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]"),
+    "ko": re.compile(r"[\uac00-\ud7af\u1100-\u11ff]"),
+    "ar": re.compile(r"[\u0600-\u06ff]"),
+    "hi": re.compile(r"[\u0900-\u097f]"),
+    "ru": re.compile(r"[\u0400-\u04ff]{3}"),  # three in a row: a Cyrillic word, not a lookalike letter
+    "pl": re.compile(r"[ąćęłńśźż]|\b(?:użytkownik\w*|klient\w*|dla|jest|tego|tej|nie)\b"),
+    "tr": re.compile(r"[ışğ]|\b(?:kullanıcı\w*|müşteri\w*|için|değil|olan)\b"),  # not "bu", "ve": "I've"
+    "sv": re.compile(r"\b(?:och|är|att|inte|användar\w*|kund\w*|behöver|måste|detta|denna|den här)\b"),
+}
+# The assistant's own instructions, named outright: refused in any of these languages, with no demand needed.
+_OTHER_META = _script_words(
+    "系统提示|系統提示|提示词|提示詞|システムプロンプト|시스템 프롬프트|موجه النظام|موجّه النظام|सिस्टम प्रॉम्प्ट"
+    "|системн\\w* (?:промпт|подсказк|инструкц)|системн\\w* промт|системн\\w* підказ"
+    "|(?:忽略|无视|無視|忘记|忘記|覆盖|覆蓋).{0,8}(?:指令|指示|规则|規則|设定|設定)"
+    "|(?:指示|命令|ルール|設定).{0,3}(?:無視|忘れ)|(?:지시|명령|규칙|설정).{0,4}(?:무시|잊)"
+    "|تجاهل.{0,12}تعليمات|निर्देशों? को (?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल)"
+    "|игнорир\\w* .{0,20}инструкци|ігнору\\w* .{0,20}інструкці"
+    "|(?:zignoruj|ignoruj)\\w* .{0,20}(?:instrukcj|polece)|talimatlar\\w* .{0,12}(?:yok say|görmezden)"
+    "|ignorera .{0,20}instruktion"
+    # the assistant's instructions, settings or prompt, in so many words; its hidden or its own rules
+    "|(?:隐藏|隱藏|你)的?(?:规则|規則|指令|设定|設定|设置|提示)|숨겨진 (?:설정|지시|규칙)|छिपे हुए निर्देश"
+    "|gizli talimat|prompt\\w* systemow|системн\\w* сообщени"
+    "|(?:助手|助理|机器人|機器人).{0,12}(?:指令|指示|规则|規則|设定|設定|设置|提示|系统|系統)"
+    "|アシスタント.{0,10}(?:指示|命令|ルール|設定|プロンプト)|어시스턴트.{0,10}(?:지시|명령|규칙|설정|프롬프트)"
+    "|المساعد.{0,15}(?:تعليمات|إعدادات|موجه)|सहायक.{0,15}(?:निर्देश|सेटिंग|प्रॉम्प्ट)"
+    "|(?:ассистент|помощник|асистент|помічник)\\w*.{0,20}(?:инструкци|настройк|промпт|інструкці|налаштуван)"
+)
+
+
+_LATIN_LANGUAGES = ("pl", "tr", "sv")
+
+
+def _other_language(raw):
+    """In one of the languages above, a mention of authority together with a demand (a wording rule)."""
+    text = script_form(raw)
+    english = len(set(_ENGLISH_FUNCTION.findall(text))) >= 2  # an English sentence with a Swedish name in it
+    return any(
+        _LANGUAGE_MARKS[lang].search(text)
+        and not (english and lang in _LATIN_LANGUAGES)
+        and mention.search(text)
+        and demand.search(text)
+        for lang, (mention, demand) in _OTHER_LANGUAGES.items()
+    )
+
+
+def _other_meta(raw):
+    """In one of those languages, the assistant's own instructions named outright (a hard check)."""
+    return bool(_OTHER_META.search(script_form(raw)))
+
+
 # --- the entry point ------------------------------------------------------------------------------------
 
 # (check, why, hard): a hard check's refusal is final; the learned stage, when on, may overrule a
@@ -1229,6 +1443,16 @@ CHECKS = [
     ),
     (
         lambda raw, folded: _foreign_payload(folded),
+        "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
+        False,
+    ),
+    (
+        lambda raw, folded: _other_meta(raw),
+        "in another language, it speaks of the assistant's own instructions",
+        True,
+    ),
+    (
+        lambda raw, folded: _other_language(raw),
         "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
         False,
     ),
