@@ -1255,13 +1255,14 @@ def script_form(text):
     return _SPACE.sub(" ", text).strip()
 
 
-def _script_words(*alternatives):
-    # the patterns are read in the same form as the text, so "मंज़ूर" matches however it was typed
-    return re.compile("|".join(script_form(a) for a in alternatives))
+def _script_words(alternatives):
+    # the patterns are read in the same form as the text, so a word matches however it was typed
+    return re.compile(script_form(alternatives))
 
 
 # For each language, words of authority, checks and instructions (a mention), and what turns a mention
-# into a demand or a grant: "no need", "must", "all", "in advance", "the assistant", "this system".
+# into a demand or a grant: "no need", "must", "in advance", "the assistant", "this system" (not "all":
+# "the company's policy requires everyone to use two factors" is ordinary).
 # A mention alone describes an event ("他的签证获得了批准": his visa was approved); both together refuse.
 # Words are matched inside words: these scripts write no spaces between words, or glue prefixes on.
 _OTHER_LANGUAGES = {
@@ -1442,20 +1443,11 @@ CHECKS = [
         False,
     ),
     (
-        lambda raw, folded: _foreign_payload(folded),
+        lambda raw, folded: _foreign_payload(folded) or _other_language(raw),
         "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
         False,
     ),
-    (
-        lambda raw, folded: _other_meta(raw),
-        "in another language, it speaks of the assistant's own instructions",
-        True,
-    ),
-    (
-        lambda raw, folded: _other_language(raw),
-        "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
-        False,
-    ),
+    (lambda raw, folded: _other_meta(raw), "in another language, it speaks of the assistant's own instructions", True),
 ]
 AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
 LEARNED_REASON = "it reads like the poisoning attempts the learned check was trained on"
