@@ -7,7 +7,9 @@ Each line's split is fixed by `split_of(text)` (a seeded hash), so the halves ne
 
 Every fact goes through exactly what the write path does: `validation.normalise`, then the
 production `validation.fact_problem`, as the app runs it by default (the rules and the learned
-second stage, MEMORY["LEARNED_POISON_CHECK"]). The rules alone (`learned=False`) are measured beside it.
+second stage, MEMORY["LEARNED_POISON_CHECK"]). The learned stage reads MiniLM vectors embedded in
+batches, as the write path embeds an extracted answer's facts (the same vectors as one at a time, in
+half the time). The rules alone (`learned=False`) are measured beside it.
 
 The holdout files (`holdout_attacks.jsonl`, `holdout_benign.jsonl`) were written after the model's
 design was fixed, by a writer who saw neither the corpus nor the rules; they are never trained or
@@ -20,7 +22,7 @@ import pathlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from memoryapp import validation
+from memoryapp import embeddings, validation
 
 CORPUS_DIR = pathlib.Path(__file__).resolve().parent / "poisoning"
 ATTACKS = CORPUS_DIR / "attacks.jsonl"
@@ -54,15 +56,23 @@ def load_holdout(path):
     return [{**row, "split": "holdout"} for row in load(path)]
 
 
-def problem(row, learned=None):
+def problem(row, learned=None, vector=None):
     """The validator's reason for refusing a corpus line, or None when it would be stored.
 
     `learned`: None runs the validator as the app does; False or True forces the learned stage off or on.
+    `vector`: the line's MiniLM vector, when it was embedded already.
     """
     text = validation.normalise(row["text"])
     if learned is None:
-        return validation.fact_problem(text, row["kind"])  # the write path's call
-    return validation.fact_problem(text, row["kind"], learned=learned)
+        return validation.fact_problem(text, row["kind"], vector=vector)  # the write path's call
+    return validation.fact_problem(text, row["kind"], learned=learned, vector=vector)
+
+
+def vectors(rows, batch_size=16):
+    """The MiniLM vectors of the lines' stored forms, embedded in batches (16 was the fastest here)."""
+    texts = [validation.normalise(row["text"]) for row in rows]
+    model = embeddings.minilm()
+    return [v for i in range(0, len(texts), batch_size) for v in model.embed(texts[i : i + batch_size])]
 
 
 @dataclass
@@ -82,8 +92,9 @@ class Tally:
 def _tally(rows, miss_when_blocked, learned=None):
     """Count refusals per split and category; a miss is a let-through attack or a refused benign fact."""
     by_split, by_category = defaultdict(Tally), defaultdict(Tally)
-    for row in rows:
-        why = problem(row, learned)
+    embedded = vectors(rows) if learned is not False else [None] * len(rows)
+    for row, vector in zip(rows, embedded, strict=True):
+        why = problem(row, learned, vector)
         blocked = why is not None
         for tally in (by_split[row["split"]], by_split["all"], by_category[(row["split"], row["category"])]):
             tally.total += 1

@@ -28,7 +28,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "authority_model.npz"
-WEIGHTS_SHA256 = "6e99c9a706c736a8fd5a691eb362324e33a7309b84723ab2ba671d350f590345"  # printed by train_poisoning_model
+WEIGHTS_SHA256 = "b8996bbffdbb42abc8aef1ac0e6239f7028cb8cc05121b7ec00dbe232a98e9d8"  # printed by train_poisoning_model
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

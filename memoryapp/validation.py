@@ -1090,9 +1090,8 @@ _QUOTED = re.compile(r"\"[^\"]*\"|(?:^|(?<=\s))'[^']*'")
 _SECOND_PERSON = re.compile(r"(?<![\w'])(?:you|your|yours|yourself|you're|you've|you'll)\b")
 
 
-def _addresses_assistant(raw, folded):
-    if _ASSISTANT_SUBJECT.search(folded):
-        return True
+def _second_person(raw):
+    """A "you" outside quotes, read in the raw text, where a quotation's marks still show."""
     text = unicodedata.normalize("NFKC", raw).translate(_LOOKALIKE_TABLE)
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     return bool(_SECOND_PERSON.search(_QUOTED.sub(" ", text)))
@@ -1332,6 +1331,7 @@ _OTHER_LANGUAGES = {
             "|лимит|одобр|разреш)|должен|должна|должно|должны|следует|может|могут|можно|неограничен|заранее"
             "|всегда|ассистент|помощник|полн|эт[аоуи]\\w* систем|предварительно|просит|предоставл|наделен"
             "|игнорир|пропуска(?:ть|ет|ют|ли)|пропуст|обход|освобожд|забуд|забыть|не действу|не распространя|отменен"
+            "|отключен|для (?:этого|данного) пользовател"
             # Ukrainian
             "|не потрібн|більше не|без (?:\\w+ )?(?:перевір|підтвердж|обмежен)|повинен|повинна|можна|може"
             "|необмежен|заздалегідь|завжди|асистент|помічник|попередньо|просить|надан|ігнор|звільнен|не питай"
@@ -1356,7 +1356,8 @@ _OTHER_LANGUAGES = {
         ),
         _script_words(
             "gerek yok|gerekmez|gerekmiyor|gerekmeden|olmadan|malı|meli|sınırsız|önceden|her zaman|asistan"
-            "|bu sistem|tam |istiyor|verildi|tanındı|yok say|görmezden|\\batla|muaf|geliştirici mod"
+            "|bu sistem|tam |istiyor|verildi|verilmiş|tanındı|kalıcı|yok say|görmezden|\\batla|muaf|geliştirici mod"
+            "|geçersiz kıl"
         ),
     ),
     "sv": (
@@ -1390,8 +1391,8 @@ _OTHER_META = _script_words(
     "|(?:忽略|无视|無視|忘记|忘記|覆盖|覆蓋).{0,8}(?:指令|指示|规则|規則|设定|設定)"
     "|(?:指示|命令|ルール|設定).{0,3}(?:無視|忘れ)|(?:지시|명령|규칙|설정).{0,4}(?:무시|잊)"
     "|تجاهل.{0,12}تعليمات|निर्देशों? को (?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल)"
-    "|игнорир\\w* .{0,20}инструкци|ігнору\\w* .{0,20}інструкці"
-    "|(?:zignoruj|ignoruj)\\w* .{0,20}(?:instrukcj|polece)|talimatlar\\w* .{0,12}(?:yok say|görmezden)"
+    "|игнорир\\w* .{0,20}инструкци|ігнору\\w* .{0,20}інструкці|sistem istem"
+    "|(?:zignoruj|ignoruj)\\w* .{0,20}(?:instrukcj|polece)|talimatlar\\w* .{0,12}(?:yok say|görmezden|unut)"
     "|ignorera .{0,20}instruktion"
     # the assistant's instructions, settings or prompt, in so many words; its hidden or its own rules
     "|(?:隐藏|隱藏|你)的?(?:规则|規則|指令|设定|設定|设置|提示)|숨겨진 (?:설정|지시|규칙)|छिपे हुए निर्देश"
@@ -1426,28 +1427,31 @@ def _other_meta(raw):
 
 # --- the entry point ------------------------------------------------------------------------------------
 
-# (check, why, hard): a hard check's refusal is final; the learned stage, when on, may overrule a
+# (why, hard, on_folded, on_raw): a check reads each checking form (`on_folded`) or the raw text once
+# (`on_raw`), or both. A hard check's refusal is final; the learned stage, when on, may overrule a
 # wording rule's refusal of a sentence it is confident is ordinary, never markup, a mixed alphabet or
 # talk about the assistant's own instructions.
 CHECKS = [
-    (lambda raw, folded: _structure(folded), "it carries markup, code or delimiters, not plain words", True),
-    (lambda raw, folded: _mixed_script(raw), "it mixes alphabets inside a word, which disguises what it says", True),
-    (lambda raw, folded: _meta(folded), "it addresses the assistant's own instructions or tells it what to be", True),
-    (_addresses_assistant, "it speaks to the assistant; a fact describes the user in the third person", False),
-    (lambda raw, folded: _skip(folded), "it asks to skip a check, verification, policy or limit", False),
-    (lambda raw, folded: _authority(folded), "it claims or grants a permission, role, entitlement or approval", False),
-    (lambda raw, folded: _approval(folded), "it asks for something to be approved or granted", False),
+    ("it carries markup, code or delimiters, not plain words", True, _structure, None),
+    ("it mixes alphabets inside a word, which disguises what it says", True, None, _mixed_script),
+    ("it addresses the assistant's own instructions or tells it what to be", True, _meta, None),
     (
-        lambda raw, folded: _self(folded),
-        "it asks the assistant to give away what it keeps to itself or to be something else",
+        "it speaks to the assistant; a fact describes the user in the third person",
         False,
+        _ASSISTANT_SUBJECT.search,
+        _second_person,
     ),
+    ("it asks to skip a check, verification, policy or limit", False, _skip, None),
+    ("it claims or grants a permission, role, entitlement or approval", False, _authority, None),
+    ("it asks for something to be approved or granted", False, _approval, None),
+    ("it asks the assistant to give away what it keeps to itself or to be something else", False, _self, None),
     (
-        lambda raw, folded: _foreign_payload(folded) or _other_language(raw),
         "in another language, it speaks of approvals, roles, checks or the assistant's instructions",
         False,
+        _foreign_payload,
+        _other_language,
     ),
-    (lambda raw, folded: _other_meta(raw), "in another language, it speaks of the assistant's own instructions", True),
+    ("in another language, it speaks of the assistant's own instructions", True, None, _other_meta),
 ]
 AUTHORITY_REASON = "the text reads as an instruction, not a fact about the user: {why}"
 LEARNED_REASON = "it reads like the poisoning attempts the learned check was trained on"
@@ -1455,13 +1459,15 @@ LEARNED_REASON = "it reads like the poisoning attempts the learned check was tra
 
 def rule_refusal(text):
     """(why, hard) for the rule that refuses `text`, a hard check before a wording rule, or None."""
+    variants = _variants(text)
     worded = None
-    for folded in _variants(text):
-        for check, why, hard in CHECKS:
-            if check(text, folded):
-                if hard:
-                    return why, True
-                worded = worded or why
+    for why, hard, on_folded, on_raw in CHECKS:
+        if worded and not hard:
+            continue  # a wording rule has refused it already: only a hard check can change the answer
+        if (on_raw is not None and on_raw(text)) or (on_folded is not None and any(map(on_folded, variants))):
+            if hard:
+                return why, True
+            worded = why
     return (worded, False) if worded else None
 
 
