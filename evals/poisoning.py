@@ -62,17 +62,14 @@ def problem(row, learned=None, vector=None):
     `learned`: None runs the validator as the app does; False or True forces the learned stage off or on.
     `vector`: the line's MiniLM vector, when it was embedded already.
     """
-    text = validation.normalise(row["text"])
-    if learned is None:
-        return validation.fact_problem(text, row["kind"], vector=vector)  # the write path's call
-    return validation.fact_problem(text, row["kind"], learned=learned, vector=vector)
+    # learned=None is the write path's call: the setting decides
+    return validation.fact_problem(validation.normalise(row["text"]), row["kind"], learned=learned, vector=vector)
 
 
-def vectors(rows, batch_size=16):
-    """The MiniLM vectors of the lines' stored forms, embedded in batches (16 was the fastest here)."""
+def vectors(rows):
+    """The MiniLM vectors of the lines' stored forms, embedded 16 at a time (the fastest batch here)."""
     texts = [validation.normalise(row["text"]) for row in rows]
-    model = embeddings.minilm()
-    return [v for i in range(0, len(texts), batch_size) for v in model.embed(texts[i : i + batch_size])]
+    return list(embeddings.embed_many(texts, batch_size=16, model=embeddings.minilm()))
 
 
 @dataclass

@@ -122,12 +122,12 @@ def model_name():
     return MINILM_NAME
 
 
-def embed_many(texts, batch_size=64):
-    """Unit vectors (numpy rows) for many texts, in batches."""
+def embed_many(texts, batch_size=64, model=None):
+    """Unit vectors (numpy rows) for many texts, in batches (`model`: another than the backend, e.g. `minilm()`)."""
     texts = list(texts)
     if not texts:
         return np.zeros((0, 384), dtype=np.float32)
-    model = backend()
+    model = model or backend()
     parts = [model.embed(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     return np.vstack(parts).astype(np.float32)
 

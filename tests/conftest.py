@@ -19,6 +19,14 @@ from memoryapp.models import Membership, Organization
 
 
 @pytest.fixture
+def rate_window(monkeypatch):
+    """Pin the rate limiter's clock 5 s into a one-minute window, so a test cannot straddle a boundary."""
+    from memoryapp import ratelimit
+
+    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_000 + 5)
+
+
+@pytest.fixture
 def travel(settings):
     """Move the app clock: travel(timedelta) adds to settings.CLOCK_OFFSET, put back after the test."""
     settings.CLOCK_OFFSET = timedelta(0)

@@ -7,11 +7,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters(monkeypatch):
-    from memoryapp import ratelimit
-
-    # Pin the window so a test cannot straddle a minute boundary.
-    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_000 + 5)
+def _fresh_counters(rate_window):
     cache.clear()
     yield
     cache.clear()

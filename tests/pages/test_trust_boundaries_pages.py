@@ -137,11 +137,8 @@ def test_console_for_a_signed_in_non_staff_person_is_403_not_a_login_loop(make_u
     assert Client().get("/console/").status_code == 302  # signed out: sent to sign in
 
 
-def test_the_admin_signs_in_only_through_the_rate_limited_login(make_user, settings, monkeypatch):
-    from memoryapp import ratelimit
-
-    # Pin the limiter's one-minute window: a run that straddled a minute boundary saw the count reset.
-    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_000 + 5)
+def test_the_admin_signs_in_only_through_the_rate_limited_login(make_user, settings, rate_window):
+    # rate_window: a run that straddled a minute boundary saw the login count reset
     settings.MEMORY = {**settings.MEMORY, "LOGIN_RATE_PER_MINUTE": 10}
     make_user("root", is_staff=True, is_superuser=True)
     browser = Client()
