@@ -99,12 +99,57 @@ def _rates(floor, positives, negatives):
     }
 
 
-def calibrate(data):
-    """Score the set and choose both floors; a JSON-ready report."""
+# The floor for a fact announcing a change is lowered from the neighbour floor, 0.05 at a time, while
+# each step still catches this many stale values per unrelated fact it wrongly supersedes.
+CHANGE_GAIN = 3
+
+
+def as_change(fact):
+    """'The user lives in Ohio.' -> 'The user now lives in Ohio.'; None for any other shape."""
+    if not fact.startswith("The user ") or fact.startswith("The user now "):
+        return None
+    return "The user now " + fact[len("The user ") :]
+
+
+def change_floor(pairs, neighbour):
+    """The floor for a new fact that announces a change, chosen on labelled (old, new) verdict pairs.
+
+    Each pair's new fact is restated as a change ("The user now ...") and judged by the offline
+    classifier, as store_fact would; below the floor a pair is never judged.
+    """
+    from memoryapp.backends import offline
+
+    rows = [(p["label"], p["old"], as_change(p["new"])) for p in pairs]
+    rows = [r for r in rows if r[2] is not None]
+    sims = _cosines([old for _, old, _ in rows], [new for _, _, new in rows])
+    verdicts = [offline.classify(old, new, similarity=float(c)) for (_, old, new), c in zip(rows, sims, strict=True)]
+
+    def outcome(floor):
+        caught = wrong = 0
+        for (label, _, _), c, v in zip(rows, sims, verdicts, strict=True):
+            if c >= floor and v == "CONTRADICTS":
+                caught += label == "CONTRADICTS"
+                wrong += label == "INDEPENDENT"
+        return caught, wrong
+
+    floor, steps = neighbour, []
+    while floor > 0.05:
+        lower = round(floor - 0.05, 2)
+        (c0, w0), (c1, w1) = outcome(floor), outcome(lower)
+        steps.append({"from": floor, "to": lower, "stale_caught": c1 - c0, "wrongly_superseded": w1 - w0})
+        if c1 - c0 < CHANGE_GAIN * max(w1 - w0, 1 / CHANGE_GAIN):
+            break
+        floor = lower
+    return floor, {"pairs": len(rows), "steps": steps, "rule": f"lower while a step catches >= {CHANGE_GAIN} per wrong"}
+
+
+def calibrate(data, change_pairs=()):
+    """Score the set and choose the floors (the change floor only with `change_pairs`); a JSON-ready report."""
     s = score(data)
     positives = np.concatenate([s.pairs["contradicts"], s.pairs["duplicate"]])
     n_floor, n_rates = neighbour_floor(positives, s.pairs["independent"])
     r_floor, r_rates = recall_floor(s.relevant, s.irrelevant)
+    c_floor, c_report = change_floor(change_pairs, n_floor) if change_pairs else (None, None)
     margin = s.relevant - s.irrelevant
     return {
         "model": s.model,
@@ -113,7 +158,8 @@ def calibrate(data):
             "message_relevant": distribution(s.relevant),
             "message_irrelevant": distribution(s.irrelevant),
         },
-        "floors": {"neighbour": n_floor, "recall": r_floor},
+        "floors": {"neighbour": n_floor, **({"change": c_floor} if change_pairs else {}), "recall": r_floor},
+        "change": c_report,
         "neighbour": {**n_rates, "rule": f"keep >= {NEIGHBOUR_KEEP:.0%} of contradicts+duplicate pairs"},
         "recall": {**r_rates, "rule": "maximise kept relevant - kept irrelevant (Youden's J)"},
         "ranking": {

@@ -264,14 +264,18 @@ def confusion(gold, predicted):
     }
 
 
-def score_pairs(rows, embedder, floor):
-    """The classifier alone, and the classifier behind the neighbour floor (what store_fact does)."""
+def score_pairs(rows, embedder, floor_of):
+    """The classifier alone, and the classifier behind the neighbour floor (what store_fact does).
+
+    `floor_of(new fact)` is the floor a pair must reach (`writing.neighbour_floor`, or a fixed one).
+    """
     gold = [r["label"] for r in rows]
     sims = [embedder.cos(r["old"], r["new"]) for r in rows]
+    floors = [floor_of(r["new"]) for r in rows]
     alone = [offline.classify(r["old"], r["new"], similarity=s) for r, s in zip(rows, sims, strict=True)]
-    gated = [v if s >= floor else "INDEPENDENT" for v, s in zip(alone, sims, strict=True)]
+    gated = [v if s >= f else "INDEPENDENT" for v, s, f in zip(alone, sims, floors, strict=True)]
     passing = {
-        label: round(float(np.mean([s >= floor for s, g in zip(sims, gold, strict=True) if g == label])), 3)
+        label: round(float(np.mean([s >= f for s, f, g in zip(sims, floors, gold, strict=True) if g == label])), 3)
         for label in LABELS
         if label in gold
     }
@@ -292,7 +296,6 @@ def score_pairs(rows, embedder, floor):
         "floor_sweep": sweep,
         "classifier": confusion(gold, alone),
         "with_floor": confusion(gold, gated),
-        "floor": floor,
         "passing_floor": passing,
         "median_similarity": sim_by_label,
     }
@@ -322,26 +325,26 @@ def read_decode(path, limit=None, seed=0):
     return items
 
 
-def decode_predict(history, last, embedder, floor=None, limit=5):
+def decode_predict(history, last, embedder, floor_of=None, limit=5):
     """True when some statement of the last turn CONTRADICTS one the speaker made before.
 
-    With a floor, only the `limit` most similar earlier statements at or above it are judged,
-    as store_fact does with a user's stored facts.
+    With `floor_of`, only the `limit` most similar earlier statements at or above the new
+    statement's floor are judged, as store_fact does with a user's stored facts.
     """
     for new in last:
         candidates = history
-        if floor is not None:
+        if floor_of is not None:
             scored = sorted(((embedder.cos(old, new), old) for old in history), reverse=True)
-            candidates = [old for s, old in scored if s >= floor][:limit]
+            candidates = [old for s, old in scored if s >= floor_of(new)][:limit]
         if any(offline.classify(old, new, similarity=embedder.cos(old, new)) == "CONTRADICTS" for old in candidates):
             return True
     return False
 
 
-def score_decode(items, embedder, floor):
+def score_decode(items, embedder, floor_of):
     """Accuracy (balanced sets) and the rate of CONTRADICTS predictions, with and without the floor."""
     out = {}
-    for name, f in (("classifier", None), ("with_floor", floor)):
+    for name, f in (("classifier", None), ("with_floor", floor_of)):
         predicted = [decode_predict(h, last, embedder, f) for h, last, _ in items]
         gold = [g for _, _, g in items]
         correct = sum(p == g for p, g in zip(predicted, gold, strict=True))

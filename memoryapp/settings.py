@@ -291,6 +291,7 @@ MEMORY = {
     "NEIGHBOUR_LIMIT": env_int("MEMORY_NEIGHBOUR_LIMIT", 5),
     # Floors per embedding backend; None means "use the calibrated default".
     "NEIGHBOUR_FLOOR": env("MEMORY_NEIGHBOUR_FLOOR"),
+    "CHANGE_FLOOR": env("MEMORY_CHANGE_FLOOR"),  # the neighbour floor for a fact that announces a change
     "RECALL_FLOOR": env("MEMORY_RECALL_FLOOR"),
     "INACTIVITY_MINUTES": env_int("MEMORY_INACTIVITY_MINUTES", 30),
     "HARD_CAP_HOURS": env_float("MEMORY_HARD_CAP_HOURS", 8),

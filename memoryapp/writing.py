@@ -2,6 +2,7 @@
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -128,10 +129,24 @@ def _actor_for(origin):
 JUDGE_ATTEMPTS = 3
 
 
-def _neighbours(live, vector):
-    """The live facts a new fact is judged against: the nearest few above the neighbour floor."""
+# A fact that says something changed ("The user's team now uses PlanetScale.", "... no longer eats
+# meat."): the value it replaces is often worded far from it, so it is compared under a lower floor.
+# "Right now" is what someone is doing at the moment, not a change.
+_ANNOUNCES_CHANGE = re.compile(
+    r"\b(?:(?<!right )now|no longer|any ?more|switched|migrated|moved|changed|instead of|has become|these days)\b",
+    re.I,
+)
+
+
+def neighbour_floor(text):
+    """The similarity a live fact needs to be judged against `text`: lower when `text` announces a change."""
+    return embeddings.floor("change" if _ANNOUNCES_CHANGE.search(text) else "neighbour")
+
+
+def _neighbours(live, vector, text):
+    """The live facts a new fact is judged against: the nearest few above its neighbour floor."""
     limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
-    return list(live.nearest(vector, embeddings.floor("neighbour"))[:limit])
+    return list(live.nearest(vector, neighbour_floor(text))[:limit])
 
 
 def _same_neighbours(a, b):
@@ -196,7 +211,7 @@ def store_fact(
 
     for _ in range(JUDGE_ATTEMPTS):
         # Read-only, outside any transaction: what the new fact must be compared with.
-        neighbours = _neighbours(live, vector)
+        neighbours = _neighbours(live, vector, text)
         answer = []
         if neighbours:
             # The model call, with nothing held: a slow provider blocks no correction, deletion or erasure.
@@ -206,7 +221,7 @@ def store_fact(
                 usage.add(call_usage)
         with transaction.atomic():
             _begin_write(user, org, claim)
-            if _same_neighbours(_neighbours(live, vector), neighbours):
+            if _same_neighbours(_neighbours(live, vector, text), neighbours):
                 return apply(list(zip(neighbours, answer, strict=True)), judge_calls)
         # Someone changed those facts while the model was thinking (a correction, a deletion, another
         # session's write): the verdict may be stale, so judge again against what is there now.

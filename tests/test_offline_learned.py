@@ -178,6 +178,14 @@ def test_what_a_user_works_with_is_kept_and_worded_plainly(said, fact):
     assert fact in [t for t, _ in _facts(said)]
 
 
+def test_a_switch_of_tools_is_a_profile_fact_not_an_always_on_constraint():
+    # The kind model read "We switched again, to PlanetScale." as a constraint, which recall puts in
+    # every block; "we can't use GPL code" is still one.
+    assert ("The user's team now uses PlanetScale.", "profile") in _facts("We switched again, to PlanetScale.")
+    assert ("The user's team now uses MySQL.", "profile") in _facts("We moved the app to MySQL.")
+    assert "constraint" in [k for _, k in _facts("We can't use GPL code.")]
+
+
 def test_moving_somewhere_or_a_day_off_is_not_a_tool():
     assert all("uses" not in t for t, _ in _facts("We moved to Berlin last year."))
     assert all("uses" not in t for t, _ in _facts("I'm on Fridays off, by the way. We're on June leave."))

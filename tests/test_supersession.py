@@ -129,6 +129,36 @@ def test_no_verdict_call_when_no_neighbour_passes_the_floor(org, scripted):
     assert MemoryFact.objects.live().count() == 2
 
 
+def test_a_fact_announcing_a_change_is_judged_against_a_value_worded_far_from_it(org):
+    # "now uses PlanetScale" and "now uses MySQL" sit under the usual floor (MiniLM: about 0.40):
+    # without the lower floor for changes, both stayed live and recall handed the model both databases.
+    person = sessions.get_or_create_user(org, "ext-1")
+    mysql, planetscale = "The user's team now uses MySQL.", "The user's team now uses PlanetScale."
+    similarity = float(embeddings.embed(mysql) @ embeddings.embed(planetscale))
+    assert embeddings.floor("change") <= similarity < embeddings.floor("neighbour")  # the premise
+    old = writing.store_fact(person, mysql, "profile").fact
+    result = writing.store_fact(person, planetscale, "profile")
+    assert result.judge_calls == 1 and [f.id for f in result.superseded] == [old.id]
+    assert list(MemoryFact.objects.for_user(person).live().values_list("text", flat=True)) == [planetscale]
+
+
+@pytest.mark.parametrize(
+    "text, which",
+    [
+        ("The user's team now uses PlanetScale.", "change"),
+        ("The user no longer eats meat.", "change"),
+        ("The user doesn't drink coffee anymore.", "change"),
+        ("The user moved to Denver.", "change"),
+        ("The user knows Rust well.", "neighbour"),
+        ("The user is cooking shawarma right now.", "neighbour"),
+        ("The user's team uses Postgres.", "neighbour"),
+    ],
+)
+def test_only_a_fact_that_announces_a_change_gets_the_lower_floor(text, which):
+    assert writing.neighbour_floor(text) == embeddings.floor(which)
+    assert embeddings.floor("change") < embeddings.floor("neighbour")
+
+
 def test_run_counts_its_verdict_calls(org, scripted):
     run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
     scripted.verdict_map = {"postgresql": "CONTRADICTS"}

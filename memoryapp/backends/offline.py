@@ -183,6 +183,8 @@ def extract_facts(text):
             if fact:
                 if _CONSTRAINT_CUE.search(stated):
                     kind = "constraint"
+                elif _SWITCHED.match(stated):
+                    kind = "profile"  # what the user now uses, not a rule the assistant must keep
                 found.append((fact, kind, "personal"))
     facts, seen = [], set()
     for fact, kind, scope in found:

@@ -31,12 +31,18 @@ def test_calibrate_embeddings_smoke_prints_distributions_and_floors(tmp_path):
     assert data["model"] == embeddings.model_name()
     assert data["distributions"]["pair_duplicate"]["n"] == 3
     assert -1 <= data["floors"]["recall"] < data["floors"]["neighbour"] <= 1
+    assert data["floors"]["change"] <= data["floors"]["neighbour"] and "change floor" in out
     assert data["machine"]["cpus"] >= 1
 
 
 def test_shipped_floors_are_the_calibrated_ones():
-    report = calibration.calibrate(calibration.load_set())
+    dev_pairs = [r for r in ve.read_pairs(ve.GENERATED) if r["split"] == "valid"]
+    report = calibration.calibrate(calibration.load_set(), dev_pairs)
     assert embeddings.FLOORS[embeddings.MINILM_NAME] == report["floors"]
+    # the change floor's last step down is the one that caught too few stale values per wrong one
+    last = report["change"]["steps"][-1]
+    assert last["from"] == report["floors"]["change"]
+    assert last["stale_caught"] < calibration.CHANGE_GAIN * last["wrongly_superseded"]
     # the floors do what they are for on the labelled set
     assert report["neighbour"]["kept_positive"] >= calibration.NEIGHBOUR_KEEP
     assert report["recall"]["kept_positive"] > report["recall"]["kept_negative"]

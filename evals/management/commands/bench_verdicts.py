@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bench import common as benchmarks
 from evals import verdicts as ve
-from memoryapp import embeddings
+from memoryapp import embeddings, writing
 
 
 class Command(BaseCommand):
@@ -42,6 +42,8 @@ class Command(BaseCommand):
         per_label = 8 if o["smoke"] else o["per_label"]
         decode_limit = 16 if o["smoke"] else o["decode_limit"]
         floor = o["floor"] if o["floor"] is not None else embeddings.floor("neighbour")
+        # As store_fact does: a new fact that announces a change gets the lower floor, unless one is given.
+        floor_of = writing.neighbour_floor if o["floor"] is None else (lambda text: floor)
         started = time.monotonic()
 
         if o["regenerate"] or o["smoke"]:
@@ -70,14 +72,20 @@ class Command(BaseCommand):
                 texts.update(last)
         embedder.prime(texts, benchmarks.Progress("embedding", len(texts), self.stderr))
 
-        results = {"benchmark": "bench_verdicts", "floor": floor, "model": embeddings.model_name(), "pairs": {}}
+        results = {
+            "benchmark": "bench_verdicts",
+            "floor": floor,
+            "change_floor": embeddings.floor("change") if o["floor"] is None else floor,
+            "model": embeddings.model_name(),
+            "pairs": {},
+        }
         for split in ve.SPLITS:
             split_rows = [r for r in rows if r["split"] == split]
-            results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor)
+            results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor_of)
         self.stderr.write("scoring DECODE…")
         results["decode"] = {
-            "human_bot": ve.score_decode(human_bot, embedder, floor),
-            "rct": ve.score_decode(rct, embedder, floor),
+            "human_bot": ve.score_decode(human_bot, embedder, floor_of),
+            "rct": ve.score_decode(rct, embedder, floor_of),
         }
         results["seconds"] = round(time.monotonic() - started, 1)
         results["smoke"] = o["smoke"]
@@ -89,7 +97,11 @@ class Command(BaseCommand):
         for split, s in r["pairs"].items():
             for variant in ("classifier", "with_floor"):
                 c = s[variant]
-                title = "offline.classify" if variant == "classifier" else f"neighbour floor {s['floor']} + classify"
+                title = (
+                    "offline.classify"
+                    if variant == "classifier"
+                    else f"neighbour floor {r['floor']} ({r['change_floor']} for a change) + classify"
+                )
                 w(f"\nConvAI2 pairs, {split} split: {title} (rows gold, columns predicted)\n")
                 rows = [[g] + [c["matrix"][g][p] for p in ve.LABELS] + [c["per_label"][g]["f1"]] for g in ve.LABELS]
                 w(benchmarks.table(["gold \\ predicted", *ve.LABELS, "F1"], rows) + "\n")

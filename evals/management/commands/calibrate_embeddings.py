@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand
 
 from bench import common as benchmarks
 from evals import floors as calibration
+from evals import verdicts
 
 
 class Command(BaseCommand):
@@ -17,7 +18,13 @@ class Command(BaseCommand):
         if options["smoke"]:
             data = {"pairs": _few_per_label(data["pairs"], 3), "triples": data["triples"][:4]}
         self.stderr.write(f"embedding {len(data['pairs'])} pairs and {len(data['triples'])} triples…")
-        report = calibration.calibrate(data)
+        # The change floor is chosen on the dev split of the ConvAI2 verdict pairs; their test split is
+        # what bench_verdicts reports.
+        change_pairs = [r for r in verdicts.read_pairs(verdicts.GENERATED) if r["split"] == "valid"]
+        if options["smoke"]:
+            change_pairs = _few_per_label(change_pairs, 3, labels=verdicts.LABELS)
+        self.stderr.write(f"and {len(change_pairs)} ConvAI2 dev verdict pairs restated as changes…")
+        report = calibration.calibrate(data, change_pairs)
 
         rows = []
         for name, d in report["distributions"].items():
@@ -32,11 +39,16 @@ class Command(BaseCommand):
                 ["floor", "value", "kept (should pass)", "kept (should not)", "rule"],
                 [
                     ["neighbour", n["floor"], n["kept_positive"], n["kept_negative"], n["rule"]],
+                    ["change", report["floors"]["change"], "", "", report["change"]["rule"]],
                     ["recall", r["floor"], r["kept_positive"], r["kept_negative"], r["rule"]],
                 ],
             )
             + "\n"
         )
+        steps = [[x["from"], x["to"], x["stale_caught"], x["wrongly_superseded"]] for x in report["change"]["steps"]]
+        pairs = report["change"]["pairs"]
+        self.stdout.write(f"\nchange floor, {pairs} pairs: each step down from the neighbour floor\n")
+        self.stdout.write(benchmarks.table(["from", "to", "stale values caught", "wrongly superseded"], steps) + "\n")
         self.stdout.write(
             f"\nrelevant fact scores above the irrelevant one for {report['ranking']['relevant_above_irrelevant']:.0%}"
             f" of messages; current defaults {report['current_defaults']}\n"
@@ -44,8 +56,8 @@ class Command(BaseCommand):
         benchmarks.write_json(options["json_path"], {"benchmark": "calibrate_embeddings", **report})
 
 
-def _few_per_label(pairs, n):
+def _few_per_label(pairs, n, labels=calibration.PAIR_LABELS):
     out = []
-    for label in calibration.PAIR_LABELS:
+    for label in labels:
         out += [p for p in pairs if p["label"] == label][:n]
     return out
