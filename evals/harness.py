@@ -36,10 +36,10 @@ from pydantic import (
 from memoryapp import backends, clock, embeddings, erasure, extraction, forgetting, orgs, recall, sessions, writing
 from memoryapp.models import KINDS, FactEvent, MemoryFact, Organization, OrgFactProposal
 
-BACKENDS = ("scripted", "offline", "anthropic")
-# What a scenario may name in "backends": the harness's backends and the OpenAI-compatible one
-# (the same prompts and parsing as anthropic, so a scenario about a model's answer applies to it).
-SCENARIO_BACKENDS = (*BACKENDS, "openai")
+# The OpenAI-compatible backend has the same prompts and parsing as anthropic, so a scenario about a
+# model's answer applies to both; it runs against a local server (Ollama, vLLM) as well as OpenAI.
+BACKENDS = ("scripted", "offline", "anthropic", "openai")
+SCENARIO_BACKENDS = BACKENDS
 ROLES = ("user", "assistant", "tool")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 FORGET_MODES = ("log", "enforce")
@@ -573,9 +573,7 @@ class Runner:
     def extraction_backend(self, model):
         if self.backend == "scripted":
             return backends.ScriptedBackend(extract=model["extract"], verdicts=model["verdicts"])
-        if self.backend == "offline":
-            return backends.OfflineBackend()
-        return backends.AnthropicBackend()
+        return backends.BACKENDS[self.backend]()
 
     def verdict_backend(self):
         """The backend whose verdicts decide duplicates outside a session (org approvals)."""
@@ -830,9 +828,13 @@ def run_scenario(scenario, backend="scripted"):
     return result
 
 
-def anthropic_configured():
-    """True when an API key is set, so the anthropic backend can be used."""
-    return bool(settings.ANTHROPIC_API_KEY)
+def missing_configuration(backend):
+    """Why `backend` cannot run here (a sentence), or None when it can."""
+    if backend == "anthropic" and not settings.ANTHROPIC_API_KEY:
+        return "--backend anthropic needs ANTHROPIC_API_KEY"
+    if backend == "openai" and not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
+        return "--backend openai needs OPENAI_BASE_URL (a local server such as Ollama) or OPENAI_API_KEY"
+    return None
 
 
 def _distribution(values):

@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+import httpx2
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from evals import harness as evaluation
 from memoryapp import clock, extraction, writing
+from memoryapp.backends import openai as openai_backend
 from memoryapp.models import AgentSession, MemoryFact, Organization, Turn
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "evals" / "scenarios"
@@ -214,6 +216,42 @@ def test_a_crash_inside_a_step_is_reported_and_later_scenarios_still_run(tmp_pat
     assert failed
     assert "RuntimeError: recall is broken" in out
     assert out.rstrip().splitlines()[-1] == "1 passed, 1 failed"
+
+
+def _local_model(request):
+    """A stand-in for a local OpenAI-compatible server (Ollama): reads the turn, answers like a model."""
+    body = json.loads(request.content)
+    asked = body["messages"][1]["content"]
+    if body["response_format"]["json_schema"]["name"] == "verdicts":
+        answer = {"verdicts": ["CONTRADICTS" for line in asked.splitlines() if line[:1].isdigit()]}
+    elif "PlanetScale" in asked:
+        answer = {"facts": [{"text": "The user's database is PlanetScale.", "kind": "profile", "scope": "personal"}]}
+    elif "Postgres" in asked:
+        answer = {"facts": [{"text": "The user's database is PostgreSQL.", "kind": "profile", "scope": "personal"}]}
+    else:
+        answer = {"facts": []}
+    message = {"role": "assistant", "content": json.dumps(answer)}
+    usage = {"prompt_tokens": 90, "completion_tokens": 20, "total_tokens": 110}
+    reply = {"id": "c", "object": "chat.completion", "created": 0, "model": "qwen2.5:7b", "usage": usage}
+    reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    return httpx2.Response(200, json=reply)
+
+
+@pytest.mark.django_db
+def test_scenarios_run_against_a_local_openai_compatible_model(tmp_path, settings):
+    path = write(tmp_path, "db", DB_CHANGE)
+    with pytest.raises(CommandError, match="OPENAI_BASE_URL"):
+        call_command("eval_scenarios", str(path), "--backend", "openai", stdout=io.StringIO())
+
+    settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = "http://ollama.test/v1", "ollama"
+    settings.OPENAI_MODEL = "qwen2.5:7b"
+    openai_backend.forget_fallbacks()  # this server does structured output: no earlier test's fallback applies
+    settings.OPENAI_HTTP_CLIENT = httpx2.Client(transport=httpx2.MockTransport(_local_model))
+    report_path = tmp_path / "r.json"
+    out, failed = run_command(path, "--backend", "openai", "--json", report_path)
+    assert not failed and out.rstrip().splitlines()[-1] == "1 passed, 0 failed"
+    # the model's own answers were stored: PostgreSQL superseded by PlanetScale, through the real write path
+    assert json.loads(report_path.read_text())["metrics"]["supersessions"] == 1
 
 
 # Measured with this backend (docs/benchmarks.md, round 9): 29 of the 37 pass; the two applicable

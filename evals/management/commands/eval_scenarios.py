@@ -26,8 +26,9 @@ class Command(BaseCommand):
             broken = [(src, err) for src, err in broken if needle in src.casefold()]
             if not scenarios and not broken:
                 raise CommandError(f"no scenario's name contains {name!r}")
-        if backend == "anthropic" and not evaluation.anthropic_configured():
-            raise CommandError("--backend anthropic needs ANTHROPIC_API_KEY")
+        missing = evaluation.missing_configuration(backend)
+        if missing:
+            raise CommandError(missing)
 
         report = evaluation.run_all(scenarios, backend=backend, broken=broken)
         for line in evaluation.format_failures(report):
