@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from memoryapp import embeddings
+from memoryapp.backends import offline
 
 DEFAULT_SET = Path(__file__).resolve().parent.parent / "evals" / "calibration" / "pairs.json"
 PAIR_LABELS = ("contradicts", "duplicate", "independent")
@@ -117,8 +118,6 @@ def change_floor(pairs, neighbour):
     Each pair's new fact is restated as a change ("The user now ...") and judged by the offline
     classifier, as store_fact would; below the floor a pair is never judged.
     """
-    from memoryapp.backends import offline
-
     rows = [(p["label"], p["old"], as_change(p["new"])) for p in pairs]
     rows = [r for r in rows if r[2] is not None]
     sims = _cosines([old for _, old, _ in rows], [new for _, _, new in rows])

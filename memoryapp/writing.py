@@ -2,7 +2,6 @@
 
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -11,6 +10,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Replace
 
 from memoryapp import backends, clock, embeddings, validation
+from memoryapp.backends import phrasing
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, MemorySettings, Turn
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
@@ -129,18 +129,10 @@ def _actor_for(origin):
 JUDGE_ATTEMPTS = 3
 
 
-# A fact that says something changed ("The user's team now uses PlanetScale.", "... no longer eats
-# meat."): the value it replaces is often worded far from it, so it is compared under a lower floor.
-# "Right now" is what someone is doing at the moment, not a change.
-_ANNOUNCES_CHANGE = re.compile(
-    r"\b(?:(?<!right )now|no longer|any ?more|switched|migrated|moved|changed|instead of|has become|these days)\b",
-    re.I,
-)
-
-
 def neighbour_floor(text):
     """The similarity a live fact needs to be judged against `text`: lower when `text` announces a change."""
-    return embeddings.floor("change" if _ANNOUNCES_CHANGE.search(text) else "neighbour")
+    # The value a change replaces is often worded far from it ("now uses PlanetScale" / "uses MySQL").
+    return embeddings.floor("change" if phrasing.announces_change(text) else "neighbour")
 
 
 def _neighbours(live, vector, text):

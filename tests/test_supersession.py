@@ -142,6 +142,19 @@ def test_a_fact_announcing_a_change_is_judged_against_a_value_worded_far_from_it
     assert list(MemoryFact.objects.for_user(person).live().values_list("text", flat=True)) == [planetscale]
 
 
+def test_a_move_replaces_the_old_home_and_leaves_the_job_alone(org):
+    # "lives in Porto now" reaches "works as a nurse" only through the lower floor (MiniLM: 0.35),
+    # and the model alone called that pair CONTRADICTS: the nurse fact disappeared from recall.
+    person = sessions.get_or_create_user(org, "ext-1")
+    lisbon = writing.store_fact(person, "The user lives in Lisbon.", "profile").fact
+    nurse = writing.store_fact(person, "The user works as a nurse at the city hospital.", "profile").fact
+    result = writing.store_fact(person, "The user lives in Porto now.", "profile")
+    assert result.judge_calls == 1 and {n for n, _, _ in result.verdicts} == {lisbon.id, nurse.id}
+    assert [f.id for f in result.superseded] == [lisbon.id]
+    live = set(MemoryFact.objects.for_user(person).live().values_list("text", flat=True))
+    assert live == {"The user works as a nurse at the city hospital.", "The user lives in Porto now."}
+
+
 @pytest.mark.parametrize(
     "text, which",
     [

@@ -11,7 +11,7 @@ Labelled `offline` with the weights' version in provenance.
 import json
 import re
 
-from memoryapp import validation
+from memoryapp import embeddings, validation
 from memoryapp.backends import learned, phrasing
 from memoryapp.backends.base import Answer, Usage
 
@@ -232,13 +232,21 @@ def verdicts(new, olds):
     names_of = model.meta["relations"]
     single = set(model.meta["single_valued"]) | _ONE_AT_A_TIME
     relation = [names_of[j] for j in model.relations(vectors, [*olds, new]).argmax(axis=1)]
+    similarity, floor, change = (
+        vectors[:-1] @ vectors[-1],
+        embeddings.floor("neighbour"),
+        phrasing.announces_change(new),
+    )
     for i, old in enumerate(olds):
         # A contradiction needs common ground: a word in common, or a one-value relation on either
         # side. "Is a backend engineer" / "has two cats" (a pet: many at a time) never contradict.
+        # A pair under the neighbour floor is judged only because the new fact announces a change;
+        # then a one-value relation is not enough either: "lives in Porto now" leaves "works as a nurse".
+        judged_for_change = similarity[i] < floor and change
+        one_value = (relation[-1] in single or relation[i] in single) and not judged_for_change
         if (
             out[i] == "CONTRADICTS"
-            and relation[-1] not in single
-            and relation[i] not in single
+            and not one_value
             and relation[i] != relation[-1]
             and not (_content(old) & _content(new))
         ):

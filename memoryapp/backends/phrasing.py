@@ -23,6 +23,19 @@ REPORTED = re.compile(
     r"(said|says|reads|stated|states)\b",
     re.IGNORECASE,
 )
+# A fact that says something changed ("The user's team now uses PlanetScale.", "... no longer eats
+# meat."). "Right now" is what someone is doing at the moment, not a change.
+_ANNOUNCES_CHANGE = re.compile(
+    r"\b(?:(?<!right )now|no longer|any ?more|switched|migrated|moved|changed|instead of|has become|these days)\b",
+    re.IGNORECASE,
+)
+
+
+def announces_change(fact):
+    """True when the fact's wording says something changed (it then replaces a value worded far from it)."""
+    return bool(_ANNOUNCES_CHANGE.search(fact))
+
+
 # Moods and the moment: true today, not worth remembering.
 TRANSIENT = re.compile(
     r"\b(today|tonight|right now|at the moment|this morning|this afternoon|tired|sleepy|hungry|frustrated|"
