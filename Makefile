@@ -37,8 +37,10 @@ browser:
 run: install
 	scripts/run
 
+# One worker per core (at most 4), a whole file per worker: a module's expensive fixtures (the poisoning
+# corpus's evaluation) are computed once.
 test: install-dev browser
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n logical --maxprocesses=4 --dist loadfile $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

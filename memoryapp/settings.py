@@ -146,7 +146,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where collectstatic writes and WhiteNoise serves from (the test suite gives each worker its own).
+STATIC_ROOT = Path(env("STATIC_ROOT") or BASE_DIR / "staticfiles")
 # Hashed, compressed names (collectstatic writes the manifest) unless STATIC_MANIFEST=0: DEBUG
 # runserver and the test suite (pytest sets PYTEST_VERSION before settings load) read the source
 # files directly and never run collectstatic.

@@ -6,6 +6,12 @@ from datetime import timedelta
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
+# Each pytest-xdist worker collects static files into a folder of its own (inherited by the servers
+# tests start): one worker's collectstatic replaces files while another's WhiteNoise lists them.
+os.environ.setdefault(
+    "STATIC_ROOT",
+    os.path.join(os.path.dirname(__file__), "..", ".data", "static-" + os.environ.get("PYTEST_XDIST_WORKER", "main")),
+)
 
 import anyio
 import pytest
@@ -16,6 +22,11 @@ from django.test import Client, override_settings
 from bench.common import stop_processes
 from memoryapp import backends, db, sessions
 from memoryapp.models import Membership, Organization
+
+
+def pytest_configure(config):
+    # WhiteNoise warns about a missing static folder on every handler it builds; an empty one is enough.
+    os.makedirs(os.environ["STATIC_ROOT"], exist_ok=True)
 
 
 @pytest.fixture
