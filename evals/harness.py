@@ -830,11 +830,11 @@ def run_scenario(scenario, backend="scripted"):
 
 def missing_configuration(backend):
     """Why `backend` cannot run here (a sentence), or None when it can."""
-    if backend == "anthropic" and not settings.ANTHROPIC_API_KEY:
+    if backends.configured(backend):
+        return None
+    if backend == "anthropic":
         return "--backend anthropic needs ANTHROPIC_API_KEY"
-    if backend == "openai" and not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
-        return "--backend openai needs OPENAI_BASE_URL (a local server such as Ollama) or OPENAI_API_KEY"
-    return None
+    return "--backend openai needs OPENAI_BASE_URL (a local server such as Ollama) or OPENAI_API_KEY"
 
 
 def _distribution(values):

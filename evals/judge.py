@@ -7,8 +7,7 @@ provider modules (`backends.anthropic.complete`, `backends.openai.complete`).
 
 import json
 
-from django.conf import settings
-
+from memoryapp import backends
 from memoryapp.backends import ModelUnavailable, Usage
 from memoryapp.backends import anthropic as anthropic_backend
 from memoryapp.backends import openai as openai_backend
@@ -38,11 +37,7 @@ ANSWER_SCHEMA = {
 
 def available():
     """The provider a judge can use ('anthropic' or 'openai'), or None when no model is configured."""
-    if settings.ANTHROPIC_API_KEY:
-        return "anthropic"
-    if settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY:
-        return "openai"
-    return None
+    return next((name for name in ("anthropic", "openai") if backends.configured(name)), None)
 
 
 def _ask(provider, system, content, name, schema):

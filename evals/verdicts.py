@@ -205,9 +205,10 @@ def generate_pairs(folder, per_label, seed=0):
     return rows
 
 
-def read_pairs(path=GENERATED):
-    """The pairs of a pairs file (the committed one by default), each with its split."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_pairs(path=GENERATED, split=None):
+    """The pairs of a pairs file (the committed one by default), each with its split; only `split`'s if given."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [r for r in rows if split is None or r["split"] == split]
 
 
 def write_pairs(rows, path=GENERATED):

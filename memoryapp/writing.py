@@ -135,10 +135,10 @@ def neighbour_floor(text):
     return embeddings.floor("change" if phrasing.announces_change(text) else "neighbour")
 
 
-def _neighbours(live, vector, text):
+def _neighbours(live, vector, floor):
     """The live facts a new fact is judged against: the nearest few above its neighbour floor."""
     limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
-    return list(live.nearest(vector, neighbour_floor(text))[:limit])
+    return list(live.nearest(vector, floor)[:limit])
 
 
 def _same_neighbours(a, b):
@@ -183,6 +183,7 @@ def store_fact(
     if judge is None:
         judge = backends.active_backend().verdicts
     live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
+    floor = neighbour_floor(text)
     judge_calls = 0
     apply = functools.partial(
         _apply,
@@ -203,7 +204,7 @@ def store_fact(
 
     for _ in range(JUDGE_ATTEMPTS):
         # Read-only, outside any transaction: what the new fact must be compared with.
-        neighbours = _neighbours(live, vector, text)
+        neighbours = _neighbours(live, vector, floor)
         answer = []
         if neighbours:
             # The model call, with nothing held: a slow provider blocks no correction, deletion or erasure.
@@ -213,7 +214,7 @@ def store_fact(
                 usage.add(call_usage)
         with transaction.atomic():
             _begin_write(user, org, claim)
-            if _same_neighbours(_neighbours(live, vector, text), neighbours):
+            if _same_neighbours(_neighbours(live, vector, floor), neighbours):
                 return apply(list(zip(neighbours, answer, strict=True)), judge_calls)
         # Someone changed those facts while the model was thinking (a correction, a deletion, another
         # session's write): the verdict may be stale, so judge again against what is there now.

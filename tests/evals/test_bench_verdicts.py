@@ -36,7 +36,7 @@ def test_calibrate_embeddings_smoke_prints_distributions_and_floors(tmp_path):
 
 
 def test_shipped_floors_are_the_calibrated_ones():
-    dev_pairs = [r for r in ve.read_pairs(ve.GENERATED) if r["split"] == "valid"]
+    dev_pairs = ve.read_pairs(split="valid")
     report = calibration.calibrate(calibration.load_set(), dev_pairs)
     assert embeddings.FLOORS[embeddings.MINILM_NAME] == report["floors"]
     # the change floor's last step down is the one that caught too few stale values per wrong one

@@ -20,7 +20,7 @@ class Command(BaseCommand):
         self.stderr.write(f"embedding {len(data['pairs'])} pairs and {len(data['triples'])} triples…")
         # The change floor is chosen on the dev split of the ConvAI2 verdict pairs; their test split is
         # what bench_verdicts reports.
-        change_pairs = [r for r in verdicts.read_pairs(verdicts.GENERATED) if r["split"] == "valid"]
+        change_pairs = verdicts.read_pairs(split="valid")
         if options["smoke"]:
             change_pairs = _few_per_label(change_pairs, 3, labels=verdicts.LABELS)
         self.stderr.write(f"and {len(change_pairs)} ConvAI2 dev verdict pairs restated as changes…")
