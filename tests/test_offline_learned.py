@@ -206,3 +206,54 @@ def test_as_i_said_is_not_a_fact_about_saying():
 )
 def test_a_switch_of_tool_contradicts_the_one_before(old, new):
     assert offline.classify(old, new) == "CONTRADICTS"
+
+
+@pytest.mark.parametrize("said", ["I live in Lisbon.", "I live in Paris."])
+def test_where_someone_lives_is_not_a_goal_that_expires(said):
+    # The kind head scores these as goals (travel to Paris is a goal in its chit-chat data), and
+    # forgetting expires a goal after 90 days: a goal needs goal wording.
+    [(text, kind)] = _facts(said)
+    assert text == phrasing.third_person(said) and kind != "goal"
+
+
+@pytest.mark.parametrize("said", ["I want to visit Lisbon.", "I hope to run a marathon next year."])
+def test_a_goal_worded_as_one_stays_a_goal(said):
+    assert [k for _, k in _facts(said)] == ["goal"]
+
+
+def test_goal_wording_only_demotes_to_profile_or_preference():
+    # A head that says "goal" with constraint second is read as its best non-goal, non-constraint kind.
+    import numpy as np
+
+    p = np.array([[0.1, 0.3, 0.2, 0.4], [0.1, 0.3, 0.2, 0.4]], np.float32)  # preference, constraint, profile, goal
+    assert learned.kind_choices(p, ["I live in Lisbon.", "I plan to live in Lisbon."]) == ["profile", "goal"]
+
+
+@pytest.mark.parametrize(
+    "said, facts",
+    [
+        ("In my free time I paint.", ["The user paints."]),
+        ("For my birthday I got a bike.", ["The user got a bike."]),
+        ("My wife and I live in Berlin.", ["The user lives in Berlin."]),
+        ("Here are our deployment rules.", []),
+        ("Thanks for my gift.", []),
+    ],
+)
+def test_a_my_inside_an_object_is_not_the_subject(said, facts):
+    # These used to give "The user's free time they paint.", "The user's wife." and
+    # "The user's team's deployment rules.": noun phrases stored as facts.
+    assert [t for t, _ in _facts(said)] == facts
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("We live in a small town.", "The user's family lives in a small town."),
+        ("We have two kids.", "The user's family has two kids."),
+        ("Our kids love Lego.", "The user's kids love Lego."),
+        ("We live in our van.", "The user's family lives in their van."),
+        ("We have two offices.", "The user's team has two offices."),
+    ],
+)
+def test_we_at_home_is_the_family_and_we_at_work_the_team(said, fact):
+    assert phrasing.third_person(said) == fact

@@ -106,6 +106,21 @@ _HERE = re.compile(
 )
 
 
+# The word before a "my" or "our" that makes it part of an object ("for my birthday", "here are our rules").
+_BEFORE_OBJECT = re.compile(
+    r"\b(in|on|at|for|with|to|from|about|by|after|before|during|into|like|is|are|was|were|here's|there's|"
+    r"that's|thanks|thank you)\s*,?\s*$",
+    re.IGNORECASE,
+)
+# "Summer is my favorite season." -> "my favorite season is summer": what is named comes first.
+_NAMED_AS_MINE = re.compile(
+    r"^(?P<what>(?!(?:it|its|it's|that|this|these|those|they|he|she|which|there|here|what|because|so|and|but|or|"
+    r"if)\b)[\w'-]+(?: [\w'-]+){0,3}) "
+    r"(?P<be>is|are|was|were) (?P<mine>(?:my|our) [\w'-]+(?: [\w'-]+){0,6})$",
+    re.IGNORECASE,
+)
+
+
 def from_subject(clause):
     """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None.
 
@@ -117,13 +132,24 @@ def from_subject(clause):
         who = "We're" if here["who"].lower() in ("shop", "team", "house", "company", "startup") else "I'm"
         article = "an" if here["what"][:1].lower() in "aeiou" else "a"
         return f"{who} {article} {here['what']} {here['who']}"
+    named = _NAMED_AS_MINE.match(_HEDGES.sub("", clause))
+    if named and not re.search(r"\b(i|we|i'm|we're)\b", f"{named['what']} {named['mine']}", re.I):
+        return f"{named['mine']} {named['be']} {named['what']}"
     lead = _SUBJECT.search(clause)
+    if lead is not None and lead[0].lower() in ("my", "our") and _BEFORE_OBJECT.search(clause[: lead.start()]):
+        # "In my free time I paint", "Here are our rules": that "my" is in an object, not the subject.
+        lead = _SUBJECT.search(clause, lead.end())
+        if lead is None:
+            return None
     if lead is None or len(clause[: lead.start()].split()) > 4:
         implicit = "I'm" if _IMPLICIT_BE.match(clause) else "I" if _IMPLICIT_VERB.match(clause) else None
         if implicit is None or lead is not None:
             return None
         return _HEDGES.sub("", f"{implicit} {clause[:1].lower()}{clause[1:]}").strip()
-    return _HEDGES.sub("", clause[lead.start() :]).strip()
+    stated = _HEDGES.sub("", clause[lead.start() :]).strip()
+    if lead[0].lower() in ("my", "our") and len(stated.split()) <= 2:
+        return None  # a bare "my wife" (from "My wife and I live in Berlin") states nothing
+    return stated
 
 
 def candidates(text):
@@ -201,6 +227,15 @@ def _third_person_verb(word):
     return word + "s"
 
 
+_HOUSEHOLD = re.compile(
+    r"^we(?:'re| are)? (?:(?:still|just|recently|now|also|both|all) )*(?:live|lived|got married|are married|"
+    r"'re married|are expecting|'re expecting|have (?:a|one|two|three|four|five|\d+) (?:kids?|children|sons?|"
+    r"daughters?|bab(?:y|ies)|grandchildren))\b"
+    r"|^our (?:kids?|children|sons?|daughters?|bab(?:y|ies)|family|home|house|flat|apartment|neighbou?rs?)\b",
+    re.IGNORECASE,
+)
+
+
 def third_person(sentence):
     """'I have two dogs.' -> 'The user has two dogs.'; 'we use Django' -> "The user's team uses Django.".
 
@@ -211,8 +246,14 @@ def third_person(sentence):
     text = _FILLER.sub("", text)
     if not text:
         return None
+    # "We" is the user's team ("we use Django"), except where people live and the family they have.
+    household = _HOUSEHOLD.match(text)
+    we = "the user's family" if household else "the user's team"
+    # "Our kids love Lego." -> "The user's kids love Lego."
+    ours = "the user's" if household and household[0].lower().startswith("our") else we + "'s"
     out = []
     user_named = False  # "the user" once, then "they"
+    we_named = False  # the same for "we"
     conjugate = None  # how to inflect the next verb: "user" (singular) or "they"
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
@@ -224,24 +265,26 @@ def third_person(sentence):
                 conjugate = "they" if user_named else "user"
                 user_named = True
             elif word == "we":
-                out.append("the user's team")
-                conjugate = "user"
+                out.append("they" if we_named else we)
+                conjugate = "they" if we_named else "user"
+                we_named = True
             elif word == "my":
                 out.append("their" if user_named else "the user's")
                 user_named = True
                 continue
             elif word == "our":
-                out.append("the user's team's")
+                out.append("their" if we_named else ours)
+                we_named = True
                 continue
             elif word in ("me", "myself"):
                 out.append(("them" if word == "me" else "themselves") if user_named else "the user")
                 user_named = True
                 continue
             elif word in ("us", "ourselves"):
-                out.append("the user's team")
+                out.append(we)
                 continue
             else:  # mine, ours
-                out.append("theirs" if word == "mine" else "the user's team's")
+                out.append("theirs" if word == "mine" else ours)
                 continue
             if clitic:
                 out.append(" " + _FORMS[clitic][0 if conjugate == "user" else 1])
