@@ -257,3 +257,29 @@ def test_a_my_inside_an_object_is_not_the_subject(said, facts):
 )
 def test_we_at_home_is_the_family_and_we_at_work_the_team(said, fact):
     assert phrasing.third_person(said) == fact
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("I'd rather you didn't use emojis.", ("The user does not want the assistant to use emojis.", "constraint")),
+        ("I would rather you use tabs.", ("The user wants the assistant to use tabs.", "preference")),
+        (
+            "Please keep answers short, I read them on my phone.",
+            ("The user wants the assistant to keep answers short.", "preference"),
+        ),
+    ],
+)
+def test_wishes_about_the_assistants_answers_are_worded_as_wishes(said, fact):
+    # "I'd rather you didn't use emojis." used to become "The user prefers to you didn't use emojis."
+    assert _facts(said) == [fact]
+
+
+@pytest.mark.parametrize("said", ["I love it.", "I read them on my phone.", "I read it every day."])
+def test_a_fact_about_it_or_them_says_nothing(said):
+    assert offline.extract_facts(said) == []
+
+
+def test_a_first_person_inside_the_subject_keeps_the_subject():
+    # It used to give "The user is on uses Kafka heavily."
+    assert _facts("The project I'm on uses Kafka heavily.")[0][0] == "The project the user is on uses Kafka heavily."

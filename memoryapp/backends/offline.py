@@ -29,7 +29,18 @@ _ALWAYS = re.compile(
     r"(.*)$",
     re.IGNORECASE,
 )
-_RATHER = re.compile(r"^(i|we)('d| would) rather\b", re.IGNORECASE)
+_RATHER = re.compile(r"^(i|we)('d| would) rather\b(?! you\b)", re.IGNORECASE)
+# "I'd rather you didn't use emojis", "I'd rather you use tabs": a wish about the assistant.
+_RATHER_YOU = re.compile(
+    r"^(?:i|we)(?:'d| would) rather you (?P<not>didn't |did not |don't |do not |not |never )?(?P<verb>[a-z]+)\b(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+# "Keep answers short", "make your replies shorter": how the person wants the assistant to answer.
+_STYLE = re.compile(
+    r"^(?:please )?(?P<verb>keep|make) (?:your |the |all |my )?(?P<what>answers|replies|responses|explanations|"
+    r"summaries|code comments|comments)\b(?P<rest>[^,;]*)",
+    re.IGNORECASE,
+)
 # "We migrated to X", "we switched again, to X", "we moved the app to X" (not "we moved to Berlin").
 _SWITCHED = re.compile(
     r"^(i|we) (?:have |'ve |just |recently )?(?:(?:migrated|switched|changed)(?: over| again)?,?"
@@ -76,6 +87,14 @@ _TOOL = re.compile(
 )
 
 
+# An object that points back into the conversation ("I read them on my phone", "I love it"): the
+# fact would not say what it is about.
+_POINTS_BACK = re.compile(
+    r"^The user(?:'s team)? (?:\w+ ){0,2}?\w+ (?:it|them|those|these|that|this|that one|this one)"
+    r"(?=\.$| (?:on|in|at|for|with|to|from|every|all|a lot|so much|too|very|really|now)\b)",
+)
+
+
 def _finish(text):
     text = re.sub(r"\s+", " ", text).strip().rstrip(".!,")
     return text[0].upper() + text[1:] + "." if text else ""
@@ -86,6 +105,17 @@ def _addressed(clause):
     never = _NEVER.match(clause)
     if never:
         return _finish(f"The user does not want the assistant to {never[1].lower()}{never[2]}"), "constraint"
+    rather = _RATHER_YOU.match(clause)
+    if rather and rather["verb"].lower() not in ("to", "be"):
+        wish = f"{rather['verb'].lower()}{rather['rest']}"
+        if rather["not"]:
+            return _finish(f"The user does not want the assistant to {wish}"), "constraint"
+        return _finish(f"The user wants the assistant to {wish}"), "preference"
+    style = _STYLE.match(clause)
+    if style:
+        return _finish(
+            f"The user wants the assistant to {style['verb'].lower()} {style['what'].lower()}{style['rest']}"
+        ), ("preference")
     always = _ALWAYS.match(clause)
     if always:
         return _finish(f"The user wants the assistant to {always[1].lower()} {always[2]}{always[3]}"), "preference"
@@ -180,7 +210,7 @@ def extract_facts(text):
             elif tool and not kept:
                 kind = "profile"
             fact = _phrase(stated)
-            if fact:
+            if fact and not _POINTS_BACK.search(fact):
                 if _CONSTRAINT_CUE.search(stated):
                     kind = "constraint"
                 elif _SWITCHED.match(stated):

@@ -49,7 +49,7 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 _TRAILING_FILLER = re.compile(
-    r"[,]?\s+(by the way|btw|fyi|though|lol|haha|too|as well|actually|honestly|anyway)$", re.IGNORECASE
+    r"[,]?\s+(by the way|btw|fyi|though|lol|haha|too|as well|actually|honestly|anyway|please)$", re.IGNORECASE
 )
 # Where one sentence holds two statements: "never suggest AWS — we're on-prem by contract".
 _CLAUSE_BREAK = re.compile(
@@ -121,6 +121,14 @@ _NAMED_AS_MINE = re.compile(
 )
 
 
+# A first person inside a relative clause of the subject: "The project I'm on uses Kafka heavily."
+_RELATIVE = re.compile(
+    r"^(?:the|this|that) [\w-]+(?: [\w-]+)? (?:i|we)(?:'m| am|'re| are)?(?: [\w-]+){0,2} "
+    r"(?:is|are|was|were|has|have|uses|runs|needs|takes|makes|lets|gets)\b",
+    re.IGNORECASE,
+)
+
+
 def from_subject(clause):
     """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None.
 
@@ -132,6 +140,8 @@ def from_subject(clause):
         who = "We're" if here["who"].lower() in ("shop", "team", "house", "company", "startup") else "I'm"
         article = "an" if here["what"][:1].lower() in "aeiou" else "a"
         return f"{who} {article} {here['what']} {here['who']}"
+    if _RELATIVE.match(clause):
+        return clause  # "The project I'm on uses Kafka" -> "The project the user is on uses Kafka"
     named = _NAMED_AS_MINE.match(_HEDGES.sub("", clause))
     if named and not re.search(r"\b(i|we|i'm|we're)\b", f"{named['what']} {named['mine']}", re.I):
         return f"{named['mine']} {named['be']} {named['what']}"
