@@ -283,3 +283,18 @@ def test_a_fact_about_it_or_them_says_nothing(said):
 def test_a_first_person_inside_the_subject_keeps_the_subject():
     # It used to give "The user is on uses Kafka heavily."
     assert _facts("The project I'm on uses Kafka heavily.")[0][0] == "The project the user is on uses Kafka heavily."
+
+
+@pytest.mark.parametrize(
+    "said, facts",
+    [
+        ("Since our last chat, I have been looking into counseling.", ["The user has been looking into counseling."]),
+        ("A lot has happened since we last chatted - I joined a choir.", ["The user joined a choir."]),
+        ("Everyone we love was there to celebrate us.", []),
+        ("Transitioning wasn't easy.", []),
+    ],
+)
+def test_chat_asides_are_not_facts(said, facts):
+    # These gave "The user's team lasts chatted.", "The user's team's last chat.", "The user's team
+    # loves was there…" and "The user is transitioning wasn't easy."
+    assert [t for t, _ in _facts(said)] == facts

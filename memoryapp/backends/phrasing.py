@@ -77,9 +77,17 @@ def sentences(text):
                 yield s
 
 
+# "Since we last chatted", "since our last chat": when, in chat, not a statement about anyone.
+_SINCE_LAST = re.compile(
+    r",?\s*\bsince (?:we|i) last (?:chatted|chat|spoke|talked|met|caught up|saw each other)\b"
+    r"|,?\s*\bsince our last (?:chat|talk|conversation|catch-up|call)\b",
+    re.IGNORECASE,
+)
+
+
 def clauses(sentence):
     """A sentence cut where it holds two statements, with leading and trailing filler removed."""
-    for part in _CLAUSE_BREAK.split(sentence):
+    for part in _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence)):
         part = part.strip().rstrip(".!,")
         while True:
             stripped = _TRAILING_FILLER.sub("", _FILLER.sub("", part).strip()).strip().rstrip(".!,")
@@ -94,7 +102,7 @@ def clauses(sentence):
 _IMPLICIT_BE = re.compile(
     r"^((?:still|currently|now|also|always|mostly|just) )?"
     r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
-    r"(?!.*\b(?:is|was|are|were|sounds?|seems?|looks?)\b)",
+    r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?)\b)",
     re.I,
 )
 _IMPLICIT_VERB = re.compile(r"^((?:still|also|really|totally|absolutely) )?(love|like|hate|enjoy|prefer)\b", re.I)
@@ -129,6 +137,11 @@ _RELATIVE = re.compile(
 )
 
 
+_SOMEONE_WE = re.compile(
+    r"^(?:everyone|everybody|someone|somebody|anyone|anybody|nobody|people|all|those) (?:i|we)\b", re.IGNORECASE
+)
+
+
 def from_subject(clause):
     """The clause from its first-person subject on ('At work we use X' -> 'we use X'), or None.
 
@@ -140,6 +153,8 @@ def from_subject(clause):
         who = "We're" if here["who"].lower() in ("shop", "team", "house", "company", "startup") else "I'm"
         article = "an" if here["what"][:1].lower() in "aeiou" else "a"
         return f"{who} {article} {here['what']} {here['who']}"
+    if _SOMEONE_WE.match(clause):
+        return None  # "Everyone we love was there": about other people
     if _RELATIVE.match(clause):
         return clause  # "The project I'm on uses Kafka" -> "The project the user is on uses Kafka"
     named = _NAMED_AS_MINE.match(_HEDGES.sub("", clause))
