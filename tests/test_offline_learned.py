@@ -298,3 +298,22 @@ def test_chat_asides_are_not_facts(said, facts):
     # These gave "The user's team lasts chatted.", "The user's team's last chat.", "The user's team
     # loves was there…" and "The user is transitioning wasn't easy."
     assert [t for t, _ in _facts(said)] == facts
+
+
+@pytest.mark.parametrize(
+    "said, facts",
+    [
+        ("Been a few days since we chatted. I donated my old car.", ["The user donated their old car."]),
+        ("Blogging can really make a difference.", []),
+        ("Uplifting!", []),
+        ("Our team worked together on the release.", ["The user's team worked together on the release."]),
+    ],
+)
+def test_more_chat_wordings_that_said_nothing_about_the_user(said, facts):
+    # "The user's team chatted.", "The user is blogging can really make a difference.", "The user is
+    # uplifting." and "The user's team's team worked together…" before.
+    assert [t for t, _ in _facts(said)] == facts
+
+
+def test_we_both_is_not_a_verb():
+    assert phrasing.third_person("We both love helping others.") == "The user's team both loves helping others."

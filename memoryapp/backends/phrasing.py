@@ -79,7 +79,7 @@ def sentences(text):
 
 # "Since we last chatted", "since our last chat": when, in chat, not a statement about anyone.
 _SINCE_LAST = re.compile(
-    r",?\s*\bsince (?:we|i) last (?:chatted|chat|spoke|talked|met|caught up|saw each other)\b"
+    r",?\s*\bsince (?:we|i) (?:last )?(?:chatted|chat|spoke|talked|met|caught up|saw each other)(?: last)?\b"
     r"|,?\s*\bsince our last (?:chat|talk|conversation|catch-up|call)\b",
     re.IGNORECASE,
 )
@@ -102,7 +102,10 @@ def clauses(sentence):
 _IMPLICIT_BE = re.compile(
     r"^((?:still|currently|now|also|always|mostly|just) )?"
     r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
-    r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?)\b)",
+    # A gerund that is itself the subject ("Blogging can make a difference", "Seeing it fills me…")
+    r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?|can|could|will|"
+    r"would|should|might|must|makes?|gives?|helps?|brings?|fills?|means?|keeps?)\b)"
+    r"(?=.*\s)",  # and not a lone word ("Uplifting!")
     re.I,
 )
 _IMPLICIT_VERB = re.compile(r"^((?:still|also|really|totally|absolutely) )?(love|like|hate|enjoy|prefer)\b", re.I)
@@ -205,7 +208,7 @@ _UNCHANGED = set(
 _PRESENT_ED = {"need", "feed", "bleed", "breed", "speed", "proceed", "succeed", "exceed", "heed", "seed", "shed", "wed"}
 _ADVERBS = set(
     "also really just never always often usually still recently currently actually even only sometimes mostly "
-    "truly definitely absolutely rarely seldom finally already totally mainly generally typically now".split()
+    "truly definitely absolutely rarely seldom finally already totally mainly generally typically now both".split()
 )
 # Contracted and irregular forms: (form after "the user" / "the user's team", form after "they").
 _FORMS = {
@@ -297,6 +300,8 @@ def third_person(sentence):
                 out.append("their" if user_named else "the user's")
                 user_named = True
                 continue
+            elif word == "our" and not we_named and re.match(r"\s+team\b", text[m.end() :], re.I):
+                out.append("the user's")  # "our team" is the user's team, not "the user's team's team"
             elif word == "our":
                 out.append("their" if we_named else ours)
                 we_named = True
