@@ -113,9 +113,8 @@ def _addressed(clause):
         return _finish(f"The user wants the assistant to {wish}"), "preference"
     style = _STYLE.match(clause)
     if style:
-        return _finish(
-            f"The user wants the assistant to {style['verb'].lower()} {style['what'].lower()}{style['rest']}"
-        ), ("preference")
+        wish = f"{style['verb'].lower()} {style['what'].lower()}{style['rest']}"
+        return _finish(f"The user wants the assistant to {wish}"), "preference"
     always = _ALWAYS.match(clause)
     if always:
         return _finish(f"The user wants the assistant to {always[1].lower()} {always[2]}{always[3]}"), "preference"
