@@ -317,3 +317,8 @@ def test_more_chat_wordings_that_said_nothing_about_the_user(said, facts):
 
 def test_we_both_is_not_a_verb():
     assert phrasing.third_person("We both love helping others.") == "The user's team both loves helping others."
+
+
+def test_a_second_clause_without_a_subject_is_still_the_speakers():
+    facts = [t for t, _ in _facts("I was born in Lagos but grew up in London.")]
+    assert facts == ["The user was born in Lagos.", "The user grew up in London."]

@@ -87,8 +87,13 @@ _SINCE_LAST = re.compile(
 
 def clauses(sentence):
     """A sentence cut where it holds two statements, with leading and trailing filler removed."""
+    speaker = None  # "I was born in Lagos but grew up in London": the second clause is the speaker's too
     for part in _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence)):
         part = part.strip().rstrip(".!,")
+        first = part.split(" ", 1)[0].lower()
+        if speaker and (first in _UNCHANGED or (first.endswith("ed") and first not in _PRESENT_ED)):
+            part = f"{speaker} {part}"
+        speaker = "I" if re.match(r"i\b", part, re.IGNORECASE) else None
         while True:
             stripped = _TRAILING_FILLER.sub("", _FILLER.sub("", part).strip()).strip().rstrip(".!,")
             if stripped == part:
