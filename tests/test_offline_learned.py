@@ -322,3 +322,17 @@ def test_we_both_is_not_a_verb():
 def test_a_second_clause_without_a_subject_is_still_the_speakers():
     facts = [t for t, _ in _facts("I was born in Lagos but grew up in London.")]
     assert facts == ["The user was born in Lagos.", "The user grew up in London."]
+
+
+@pytest.mark.parametrize(
+    "said, facts",
+    [
+        ("Losing my job gave me the push to start my own business.", []),
+        ("Juggling both my passions can be tricky.", []),
+        ("Still training for my marathon.", ["The user is still training for their marathon."]),
+        ("Loving my new job.", ["The user is loving their new job."]),
+    ],
+)
+def test_a_my_after_a_gerund_is_its_object(said, facts):
+    # The first two gave "The user's job gave them the push…" and "The user's passions can be tricky."
+    assert [t for t, _ in _facts(said)] == facts

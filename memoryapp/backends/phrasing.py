@@ -125,7 +125,8 @@ _HERE = re.compile(
 # The word before a "my" or "our" that makes it part of an object ("for my birthday", "here are our rules").
 _BEFORE_OBJECT = re.compile(
     r"\b(in|on|at|for|with|to|from|about|by|after|before|during|into|like|is|are|was|were|here's|there's|"
-    r"that's|thanks|thank you)\s*,?\s*$",
+    r"that's|thanks|thank you)\s*,?\s*$"
+    r"|^\w+ing\b",  # "Losing my job gave me the push…": the possessive is the gerund's object
     re.IGNORECASE,
 )
 # "Summer is my favorite season." -> "my favorite season is summer": what is named comes first.
@@ -171,9 +172,8 @@ def from_subject(clause):
     lead = _SUBJECT.search(clause)
     if lead is not None and lead[0].lower() in ("my", "our") and _BEFORE_OBJECT.search(clause[: lead.start()]):
         # "In my free time I paint", "Here are our rules": that "my" is in an object, not the subject.
+        # With no subject after it, the clause may still be the speaker's ("Still training for my marathon").
         lead = _SUBJECT.search(clause, lead.end())
-        if lead is None:
-            return None
     if lead is None or len(clause[: lead.start()].split()) > 4:
         implicit = "I'm" if _IMPLICIT_BE.match(clause) else "I" if _IMPLICIT_VERB.match(clause) else None
         if implicit is None or lead is not None:
