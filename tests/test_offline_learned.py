@@ -328,6 +328,8 @@ def test_a_second_clause_without_a_subject_is_still_the_speakers():
     "said, facts",
     [
         ("Losing my job gave me the push to start my own business.", []),
+        ("Losing my job gave me the push.", []),
+        ("Morning, my wife is a doctor.", ["The user's wife is a doctor."]),
         ("Juggling both my passions can be tricky.", []),
         ("Still training for my marathon.", ["The user is still training for their marathon."]),
         ("Loving my new job.", ["The user is loving their new job."]),

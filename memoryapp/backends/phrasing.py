@@ -109,7 +109,8 @@ _IMPLICIT_BE = re.compile(
     r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
     # A gerund that is itself the subject ("Blogging can make a difference", "Seeing it fills me…")
     r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?|can|could|will|"
-    r"would|should|might|must|makes?|gives?|helps?|brings?|fills?|means?|keeps?)\b)"
+    r"would|should|might|must|makes?|made|gives?|gave|helps?|helped|brings?|brought|fills?|means?|meant|keeps?|"
+    r"kept)\b)"
     r"(?=.*\s)",  # and not a lone word ("Uplifting!")
     re.I,
 )
@@ -126,7 +127,8 @@ _HERE = re.compile(
 _BEFORE_OBJECT = re.compile(
     r"\b(in|on|at|for|with|to|from|about|by|after|before|during|into|like|is|are|was|were|here's|there's|"
     r"that's|thanks|thank you)\s*,?\s*$"
-    r"|^\w+ing\b",  # "Losing my job gave me the push…": the possessive is the gerund's object
+    # "Losing my job gave me the push…": the possessive is the gerund's object (not "Morning, my…")
+    r"|^(?!(?:some|no|any|every)?thing\b|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b",
     re.IGNORECASE,
 )
 # "Summer is my favorite season." -> "my favorite season is summer": what is named comes first.
