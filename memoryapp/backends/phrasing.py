@@ -91,7 +91,7 @@ def clauses(sentence):
     for part in _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence)):
         part = part.strip().rstrip(".!,")
         first = part.split(" ", 1)[0].lower()
-        if speaker and (first in _UNCHANGED or (first.endswith("ed") and first not in _PRESENT_ED)):
+        if speaker and _past_tense(first):
             part = f"{speaker} {part}"
         speaker = "I" if re.match(r"i\b", part, re.IGNORECASE) else None
         while True:
@@ -103,12 +103,16 @@ def clauses(sentence):
             yield part
 
 
+# A word in -ing that can be a gerund: not "something", "morning" or "king".
+_GERUND = (
+    r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
+)
 # Chat drops the subject: "Still training for the marathon.", "Love hiking." The subject is the speaker.
 _IMPLICIT_BE = re.compile(
     r"^((?:still|currently|now|also|always|mostly|just) )?"
-    r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
+    + _GERUND
     # A gerund that is itself the subject ("Blogging can make a difference", "Seeing it fills me…")
-    r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?|can|could|will|"
+    + r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?|can|could|will|"
     r"would|should|might|must|makes?|made|gives?|gave|helps?|helped|brings?|brought|fills?|means?|meant|keeps?|"
     r"kept)\b)"
     r"(?=.*\s)",  # and not a lone word ("Uplifting!")
@@ -128,7 +132,7 @@ _BEFORE_OBJECT = re.compile(
     r"\b(in|on|at|for|with|to|from|about|by|after|before|during|into|like|is|are|was|were|here's|there's|"
     r"that's|thanks|thank you)\s*,?\s*$"
     # "Losing my job gave me the push…": the possessive is the gerund's object (not "Morning, my…")
-    r"|^(?!(?:some|no|any|every)?thing\b|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b",
+    r"|^" + _GERUND,
     re.IGNORECASE,
 )
 # "Summer is my favorite season." -> "my favorite season is summer": what is named comes first.
@@ -251,9 +255,14 @@ _PRONOUN = re.compile(
 _TOKEN = re.compile(_PRONOUN.pattern + r"|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+|\d+|\s+")
 
 
+def _past_tense(low):
+    """A verb that keeps its form after "the user": a past tense or a modal ("grew", "worked", "could")."""
+    return low in _UNCHANGED or (low.endswith("ed") and low not in _PRESENT_ED)
+
+
 def _third_person_verb(word):
     low = word.lower()
-    if low in _UNCHANGED or (low.endswith("ed") and low not in _PRESENT_ED) or not low.isalpha():
+    if _past_tense(low) or not low.isalpha():
         return word
     if re.search(r"(s|sh|ch|x|z|o)$", low):
         return word + "es"
