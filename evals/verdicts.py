@@ -8,7 +8,7 @@ import ast
 import json
 import random
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,9 @@ SINGLE_VALUED = {
     "favorite_music",
 }
 GENERATED = Path(__file__).resolve().parent.parent / "evals" / "generated" / "convai2_verdict_pairs.jsonl"
+# Pairs the write path really judged (neighbours above the floor in a LoCoMo pipeline run), labelled
+# by hand: the hard cases ConvAI2's pairs lack (evals/generated/README.md).
+JUDGED = GENERATED.with_name("locomo_judged_pairs.jsonl")
 _OBJ_STOP = {"a", "an", "the", "of", "in", "to", "and", "my", "i", "is"}
 
 
@@ -241,11 +244,14 @@ class Embedder:
         return float(np.dot(self.cache[a], self.cache[b]))
 
 
-def confusion(gold, predicted):
-    """3x3 counts as {gold: {predicted: n}}, plus per-label precision/recall/F1, macro-F1 and accuracy."""
+def confusion(gold, predicted, weights=None):
+    """3x3 counts as {gold: {predicted: n}}, plus per-label precision/recall/F1, macro-F1 and accuracy.
+
+    With `weights`, each pair counts that much (a stratified sample weighted back to its population).
+    """
     matrix = {g: {p: 0 for p in LABELS} for g in LABELS}
-    for g, p in zip(gold, predicted, strict=True):
-        matrix[g][p] += 1
+    for g, p, w in zip(gold, predicted, weights or [1] * len(gold), strict=True):
+        matrix[g][p] += w
     per_label = {}
     for label in LABELS:
         tp = matrix[label][label]
@@ -255,7 +261,9 @@ def confusion(gold, predicted):
         recall = tp / (tp + fn) if tp + fn else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         per_label[label] = {"precision": round(precision, 3), "recall": round(recall, 3), "f1": round(f1, 3)}
-    total = len(gold)
+    total = round(sum(weights)) if weights else len(gold)
+    if weights:
+        matrix = {g: {p: round(n, 1) for p, n in row.items()} for g, row in matrix.items()}
     return {
         "matrix": matrix,
         "per_label": per_label,
@@ -358,3 +366,15 @@ def score_decode(items, embedder, floor_of):
             "contradiction_recall": round(sum(positives) / len(positives), 3) if positives else None,
         }
     return out
+
+
+def score_judged(rows):
+    """offline.classify on hand-labelled pairs the write path judged, weighted back to that run's verdict mix.
+
+    Each row was drawn from the pairs whose round-10 verdict was its `stratum` (`stratum_size` of them
+    in the run), so a row stands for stratum_size / (rows drawn from its stratum) pairs.
+    """
+    drawn = Counter(r["stratum"] for r in rows)
+    weights = [r["stratum_size"] / drawn[r["stratum"]] for r in rows]
+    predicted = [offline.classify(r["old"], r["new"]) for r in rows]
+    return {**confusion([r["label"] for r in rows], predicted, weights), "pairs_labelled": len(rows)}

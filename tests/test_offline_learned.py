@@ -81,6 +81,22 @@ def test_learned_verdicts_on_clear_pairs(old, new, verdict):
 
 
 @pytest.mark.parametrize(
+    "old, new",
+    [
+        ("The user's laptop crashed last week.", "The user finished writing their novel last week."),
+        (
+            "The user loves spending time with their friends.",
+            "The user is having dinner with friends from the gym tonight.",
+        ),
+        ("The user has been into dancing for years.", "The user rehearsed with a small group of dancers after work."),
+    ],
+)
+def test_a_new_thing_on_the_same_topic_is_no_duplicate(old, new):
+    # DUPLICATE would drop the new fact; these pairs share a topic, not a fact.
+    assert offline.classify(old, new) == "INDEPENDENT"
+
+
+@pytest.mark.parametrize(
     "said, fact",
     [
         ("Still training for that spring marathon.", "The user is still training for that spring marathon."),

@@ -98,6 +98,20 @@ def test_ten_sessions_with_the_offline_backend_too(org):
     assert fact.text == "The user uses Neovim." and fact.confirmation_count == 10
 
 
+def test_the_offline_backend_keeps_a_new_event_on_a_familiar_topic(org):
+    # Before the similarity bar on DUPLICATE, the second session was "confirmed" into the first
+    # fact and what the person said about their novel was lost.
+    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
+        person = sessions.get_or_create_user(org, "ext-1")
+        for said in ("My laptop crashed last week.", "I finished writing my novel last week."):
+            session = sessions.open_session(org, person)
+            sessions.add_turns(session, [("user", said)])
+            sessions.end_session(session)
+            extraction.extract_session(session.id)
+    texts = sorted(MemoryFact.objects.live().values_list("text", flat=True))
+    assert len(texts) == 2 and any("novel" in t for t in texts) and any("laptop" in t for t in texts)
+
+
 def test_one_verdict_call_covers_every_neighbour(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):

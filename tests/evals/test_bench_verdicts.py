@@ -112,6 +112,25 @@ def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
     assert data["floor"] == embeddings.floor("neighbour")
     assert data["decode"]["rct"]["classifier"]["false_contradicts_rate"] is not None
     assert data["decode"]["human_bot"]["with_floor"]["accuracy"] is not None
+    judged = data["judged"]["test"]
+    assert "Pairs the write path judged on LoCoMo" in out
+    assert judged["pairs_labelled"] == 12 and judged["n"] > 12  # each row stands for its stratum's share
+
+
+def test_the_judged_pairs_are_labelled_strata_of_one_run():
+    rows = ve.read_pairs(ve.JUDGED)
+    assert {r["split"] for r in rows} == {"dev", "test"}
+    assert {r["label"] for r in rows} <= set(ve.LABELS) and {r["stratum"] for r in rows} == set(ve.LABELS)
+    for split in ("dev", "test"):
+        sizes = {(r["stratum"], r["stratum_size"]) for r in rows if r["split"] == split}
+        assert len(sizes) == 3  # one population size per stratum
+
+
+def test_a_weighted_sample_counts_each_row_for_its_stratum():
+    # One right DUPLICATE call drawn from a stratum of 1 and one wrong one standing for 9: 10 % right.
+    c = ve.confusion(["DUPLICATE", "INDEPENDENT"], ["DUPLICATE", "DUPLICATE"], weights=[1, 9])
+    assert c["per_label"]["DUPLICATE"]["precision"] == 0.1 and c["n"] == 10
+    assert c["matrix"]["INDEPENDENT"]["DUPLICATE"] == 9
 
 
 def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path):

@@ -82,6 +82,13 @@ class Command(BaseCommand):
         for split in ve.SPLITS:
             split_rows = [r for r in rows if r["split"] == split]
             results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor_of)
+        judged = ve.read_pairs(ve.JUDGED)
+        if o["smoke"]:
+            judged = [r for split in ("dev", "test") for r in [r for r in judged if r["split"] == split][:12]]
+        self.stderr.write(f"scoring the {len(judged)} hand-labelled pairs in {ve.JUDGED.name}…")
+        results["judged"] = {
+            split: ve.score_judged([r for r in judged if r["split"] == split]) for split in ("dev", "test")
+        }
         self.stderr.write("scoring DECODE…")
         results["decode"] = {
             "human_bot": ve.score_decode(human_bot, embedder, floor_of),
@@ -110,6 +117,15 @@ class Command(BaseCommand):
             sweep = [[f] + [v.get(label) for label in ve.LABELS] for f, v in s["floor_sweep"].items()]
             w(f"\nshare of {split} pairs at or above each neighbour floor\n")
             w(benchmarks.table(["floor", *ve.LABELS], sweep) + "\n")
+        for split, c in r["judged"].items():
+            w(
+                f"\nPairs the write path judged on LoCoMo ({split}: {c['pairs_labelled']} labelled by hand, "
+                f"weighted to the {c['n']} pairs of that run; rows gold, columns predicted)\n"
+            )
+            rows = [[g] + [c["matrix"][g][p] for p in ve.LABELS] + [c["per_label"][g]["f1"]] for g in ve.LABELS]
+            w(benchmarks.table(["gold \\ predicted", *ve.LABELS, "F1"], rows) + "\n")
+            precision = {label: c["per_label"][label]["precision"] for label in ("DUPLICATE", "CONTRADICTS")}
+            w(f"macro-F1 {c['macro_f1']}  share of calls that are right: {precision}\n")
         w("\nDECODE\n")
         rows = []
         for name, d in r["decode"].items():
