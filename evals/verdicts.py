@@ -47,6 +47,7 @@ GENERATED = Path(__file__).resolve().parent.parent / "evals" / "generated" / "co
 # Pairs the write path really judged (neighbours above the floor in a LoCoMo pipeline run), labelled
 # by hand: the hard cases ConvAI2's pairs lack (evals/generated/README.md).
 JUDGED = GENERATED.with_name("locomo_judged_pairs.jsonl")
+JUDGED_SPLITS = ("dev", "test")  # dev chose the verdict guards, test reports them
 _OBJ_STOP = {"a", "an", "the", "of", "in", "to", "and", "my", "i", "is"}
 
 

@@ -29,7 +29,7 @@ VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 # --- features ----------------------------------------------------------------------
 
 _NEGATION = re.compile(r"\b(not|no|never|nothing|none|nobody|neither|nor|without|cannot|\w+n't)\b", re.I)
-_NUMBER = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen)\b", re.I)
+NUMBER = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen)\b", re.I)
 _CHANGE = re.compile(
     r"\b(now|no longer|anymore|any more|instead|switched|moved|migrated|changed|replaced|stopped|quit|left|"
     r"gave up|sold|became|new)\b",
@@ -79,7 +79,7 @@ def _words(text):
 
 
 def _numbers(text):
-    return set(m.group(0).lower() for m in _NUMBER.finditer(text))
+    return set(m.group(0).lower() for m in NUMBER.finditer(text))
 
 
 def clause_cues(text):
@@ -99,7 +99,7 @@ def clause_cues(text):
             1.0 if _LIKE.search(t) else 0.0,
             1.0 if _GOAL.search(t) else 0.0,
             1.0 if _CONSTRAINT.search(t) else 0.0,
-            1.0 if _NUMBER.search(t) else 0.0,
+            1.0 if NUMBER.search(t) else 0.0,
             min(n, 30) / 30.0,
             1.0 if n <= 3 else 0.0,
         ],

@@ -237,7 +237,6 @@ _DUPLICATE = learned.VERDICTS.index("DUPLICATE")
 # LoCoMo dev run judged: evals/generated/locomo_judged_pairs.jsonl; docs/benchmarks.md).
 DUPLICATE_SIMILARITY = 0.6
 CONTRADICTION_AGREEMENT = 0.03
-_NUMBER_WORD = re.compile(r"\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen")
 # Where a person lives is one place at a time, though Dialogue NLI's `live_in_general` is not
 # among the single-valued relations its pairs are derived with.
 _ONE_AT_A_TIME = {"live_in_general", "live_in_citystatecountry"}
@@ -257,8 +256,8 @@ def _names_differ(old, new):
 def _only_values_differ(old, new):
     """The same words but for a name or number on each side ("database is PostgreSQL" / "is PlanetScale")."""
     a, b = _content(old), _content(new)
-    va = {w for w in a if _NUMBER_WORD.fullmatch(w)} | {_stem(n) for n in names(old)}
-    vb = {w for w in b if _NUMBER_WORD.fullmatch(w)} | {_stem(n) for n in names(new)}
+    va = {w for w in a if learned.NUMBER.fullmatch(w)} | {_stem(n) for n in names(old)}
+    vb = {w for w in b if learned.NUMBER.fullmatch(w)} | {_stem(n) for n in names(new)}
     return bool(va & a) and bool(vb & b) and a & va != b & vb and a - va == b - vb
 
 

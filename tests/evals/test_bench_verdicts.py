@@ -119,9 +119,9 @@ def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
 
 def test_the_judged_pairs_are_labelled_strata_of_one_run():
     rows = ve.read_pairs(ve.JUDGED)
-    assert {r["split"] for r in rows} == {"dev", "test"}
+    assert {r["split"] for r in rows} == set(ve.JUDGED_SPLITS)
     assert {r["label"] for r in rows} <= set(ve.LABELS) and {r["stratum"] for r in rows} == set(ve.LABELS)
-    for split in ("dev", "test"):
+    for split in ve.JUDGED_SPLITS:
         sizes = {(r["stratum"], r["stratum_size"]) for r in rows if r["split"] == split}
         assert len(sizes) == 3  # one population size per stratum
 

@@ -82,12 +82,10 @@ class Command(BaseCommand):
         for split in ve.SPLITS:
             split_rows = [r for r in rows if r["split"] == split]
             results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor_of)
-        judged = ve.read_pairs(ve.JUDGED)
-        if o["smoke"]:
-            judged = [r for split in ("dev", "test") for r in [r for r in judged if r["split"] == split][:12]]
-        self.stderr.write(f"scoring the {len(judged)} hand-labelled pairs in {ve.JUDGED.name}…")
+        judged, limit = ve.read_pairs(ve.JUDGED), 12 if o["smoke"] else None
+        self.stderr.write(f"scoring the hand-labelled pairs in {ve.JUDGED.name}…")
         results["judged"] = {
-            split: ve.score_judged([r for r in judged if r["split"] == split]) for split in ("dev", "test")
+            split: ve.score_judged([r for r in judged if r["split"] == split][:limit]) for split in ve.JUDGED_SPLITS
         }
         self.stderr.write("scoring DECODE…")
         results["decode"] = {
