@@ -286,13 +286,15 @@ def _run(run, usage, started):
         if key in done_keys:
             earlier += 1
             continue
-        if candidate.scope == "org":
+        if candidate.scope == "org" and session.org_id in member_org_ids:
             with transaction.atomic():
                 _hold(run)
-                if session.org_id in member_org_ids and propose_org_fact(session, run, candidate):
+                if propose_org_fact(session, run, candidate):
                     proposals += 1
                 mark_applied(key)
             continue
+        # Anyone else (no org, or the org's end user rather than a member) spoke of their own team:
+        # with no org tier to propose to, it is kept as a fact about them instead of being lost.
         result = writing.store_fact(
             session.user,
             candidate.text,

@@ -120,8 +120,12 @@ def test_moving_to_a_place_is_where_the_user_lives_now():
 def test_our_stack_is_a_fact_about_the_organisation():
     facts = offline.extract_facts("Our stack is Go. I like table-driven tests.")
     assert [(f["text"], f["scope"]) for f in facts] == [
-        ("The stack is Go.", "org"),
+        ("The team's stack is Go.", "org"),
         ("The user likes table-driven tests.", "personal"),
+    ]
+    # Whose stack it is stays in the sentence, so it still reads right kept as the user's own fact.
+    assert [f["text"] for f in offline.extract_facts("Our team deploys on Fridays.")] == [
+        "The team deploys on Fridays."
     ]
 
 

@@ -93,6 +93,27 @@ def test_extracted_org_fact_waits_in_queue_then_reaches_next_session_after_appro
     assert "Fridays" not in recall.recall(second, "when do we deploy?").block
 
 
+@pytest.mark.parametrize("who", ["no org at all", "has left the org"])
+def test_a_team_fact_from_someone_with_no_org_tier_is_kept_as_their_own(scripted, org, make_user, who):
+    # Only a member's "our team…" can become an org proposal; anyone else's used to be dropped unseen.
+    if who == "no org at all":
+        person, session_org = make_user("dana"), None
+    else:
+        person, session_org = make_user("erin", org), org
+        Membership.objects.filter(user=person).delete()
+    scripted.extract_answer = {
+        "facts": [{"text": "The team deploys on Fridays.", "kind": "constraint", "scope": "org"}]
+    }
+    session = session_with(session_org, person, "We deploy on Fridays here.")
+    sessions.end_session(session)
+    extraction.extract_session(session.id)
+
+    assert not OrgFactProposal.objects.exists() and not MemoryFact.objects.for_org(org).exists()
+    kept = MemoryFact.objects.for_user(person).live().get()
+    assert kept.text == "The team deploys on Fridays." and kept.scope == "personal"
+    assert "Fridays" in recall.recall(sessions.open_session(session_org, person), "When do we deploy?").block
+
+
 def test_approving_a_duplicate_merges_into_the_existing_org_fact(scripted, org, alice, bob):
     existing = org_fact(org, "The team deploys on Fridays.", "constraint", alice)
     scripted.verdict_map = {"fridays": "DUPLICATE"}

@@ -162,6 +162,16 @@ _MOVED = re.compile(
 _ON_TOOL = re.compile(r"^(?i:(i|we)(?:'m| am|'re| are) (?:all |still |now )?on )(?=[A-Z])" + _NOT_A_TOOL)
 
 
+def _org_subject(clause):
+    """ "our team deploys…" -> "The team deploys…"; "our stack is Go" -> "The team's stack is Go" (whose stack it is)."""
+    return re.sub(
+        r"^our (team|company|org|organisation|organization)\b|^our\b",
+        lambda m: f"The {m[1]}" if m[1] else "The team's",
+        clause,
+        flags=re.I,
+    )
+
+
 def _phrase(stated):
     """A first-person clause as a third-person fact (a few wordings get a clearer form)."""
     stated = _RATHER.sub(lambda m: f"{m[1]} prefer to", stated)
@@ -186,7 +196,7 @@ def extract_facts(text):
         if addressed:
             found.append((addressed[0], addressed[1], "personal"))
         elif _ORG.match(clause):
-            found.append((_finish(re.sub(r"^our\b", "The", clause, flags=re.I)), "profile", "org"))
+            found.append((_finish(_org_subject(clause)), "profile", "org"))
         elif stated and len(stated.split()) >= 2:
             pending.append(stated)
     if pending:
