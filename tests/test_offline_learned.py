@@ -97,6 +97,41 @@ def test_a_new_thing_on_the_same_topic_is_no_duplicate(old, new):
 
 
 @pytest.mark.parametrize(
+    "old, new",
+    [
+        ("The user loves Python.", "The user hates Python."),
+        ("The user likes running.", "The user dislikes running."),
+        ("The user enjoys hiking.", "The user can't stand hiking."),
+        ("The user smokes.", "The user quit smoking."),
+        ("The user drinks coffee every morning.", "The user has given up coffee."),
+    ],
+)
+def test_a_feeling_turned_round_or_a_habit_given_up_contradicts(old, new):
+    # The model called the first four DUPLICATE: the new fact was dropped and the old one confirmed.
+    assert offline.classify(old, new) == "CONTRADICTS"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # One topic of many: the hike with the dog is not what the person turned against.
+        ("The user loves hiking in the mountains with their dog.", "The user hates dogs."),
+        # "looks like" is no liking; "it" is no topic.
+        ("The user hates it when meetings run late.", "The user's hair looks like straw."),
+    ],
+)
+def test_a_feeling_about_something_else_is_no_contradiction(old, new):
+    assert offline.classify(old, new) != "CONTRADICTS"
+
+
+def test_opposite_feelings_are_never_the_same_fact():
+    # Under the rules' bar, the model's DUPLICATE still yields: "is tired of" is not "likes".
+    assert offline.verdicts("The user is tired of jazz these days.", ["The user likes jazz and blues."]) != [
+        "DUPLICATE"
+    ]
+
+
+@pytest.mark.parametrize(
     "said, fact",
     [
         ("Still training for that spring marathon.", "The user is still training for that spring marathon."),

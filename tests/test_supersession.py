@@ -112,6 +112,20 @@ def test_the_offline_backend_keeps_a_new_event_on_a_familiar_topic(org):
     assert len(texts) == 2 and any("novel" in t for t in texts) and any("laptop" in t for t in texts)
 
 
+def test_hating_what_you_loved_replaces_the_old_feeling_offline(org):
+    # Before, the offline verdict was DUPLICATE: "loves Python" stayed live and was confirmed.
+    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
+        person = sessions.get_or_create_user(org, "ext-1")
+        for said in ("I love Python.", "I hate Python."):
+            session = sessions.open_session(org, person)
+            sessions.add_turns(session, [("user", said)])
+            sessions.end_session(session)
+            extraction.extract_session(session.id)
+    assert list(MemoryFact.objects.live().values_list("text", flat=True)) == ["The user hates Python."]
+    old = MemoryFact.objects.get(text="The user loves Python.")
+    assert old.superseded_by.text == "The user hates Python."
+
+
 def test_one_verdict_call_covers_every_neighbour(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):
