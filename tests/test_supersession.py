@@ -86,14 +86,19 @@ def test_ten_sessions_restating_one_fact_leave_one_row_with_ten_confirmations(or
     assert FactEvent.objects.filter(action="confirmed").count() == 9
 
 
-def test_ten_sessions_with_the_offline_backend_too(org):
+def offline_sessions(org, *said):
+    """One ended and extracted session per user turn in `said`, for one person, with the offline backend."""
     with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         person = sessions.get_or_create_user(org, "ext-1")
-        for _ in range(10):
+        for line in said:
             session = sessions.open_session(org, person)
-            sessions.add_turns(session, [("user", "I use Neovim.")])
+            sessions.add_turns(session, [("user", line)])
             sessions.end_session(session)
             extraction.extract_session(session.id)
+
+
+def test_ten_sessions_with_the_offline_backend_too(org):
+    offline_sessions(org, *["I use Neovim."] * 10)
     fact = MemoryFact.objects.get()
     assert fact.text == "The user uses Neovim." and fact.confirmation_count == 10
 
@@ -101,26 +106,14 @@ def test_ten_sessions_with_the_offline_backend_too(org):
 def test_the_offline_backend_keeps_a_new_event_on_a_familiar_topic(org):
     # Before the similarity bar on DUPLICATE, the second session was "confirmed" into the first
     # fact and what the person said about their novel was lost.
-    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
-        person = sessions.get_or_create_user(org, "ext-1")
-        for said in ("My laptop crashed last week.", "I finished writing my novel last week."):
-            session = sessions.open_session(org, person)
-            sessions.add_turns(session, [("user", said)])
-            sessions.end_session(session)
-            extraction.extract_session(session.id)
+    offline_sessions(org, "My laptop crashed last week.", "I finished writing my novel last week.")
     texts = sorted(MemoryFact.objects.live().values_list("text", flat=True))
     assert len(texts) == 2 and any("novel" in t for t in texts) and any("laptop" in t for t in texts)
 
 
 def test_hating_what_you_loved_replaces_the_old_feeling_offline(org):
     # Before, the offline verdict was DUPLICATE: "loves Python" stayed live and was confirmed.
-    with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
-        person = sessions.get_or_create_user(org, "ext-1")
-        for said in ("I love Python.", "I hate Python."):
-            session = sessions.open_session(org, person)
-            sessions.add_turns(session, [("user", said)])
-            sessions.end_session(session)
-            extraction.extract_session(session.id)
+    offline_sessions(org, "I love Python.", "I hate Python.")
     assert list(MemoryFact.objects.live().values_list("text", flat=True)) == ["The user hates Python."]
     old = MemoryFact.objects.get(text="The user loves Python.")
     assert old.superseded_by.text == "The user hates Python."
