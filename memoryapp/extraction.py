@@ -293,8 +293,8 @@ def _run(run, usage, started):
                     proposals += 1
                 mark_applied(key)
             continue
-        # Anyone else (no org, or the org's end user rather than a member) spoke of their own team:
-        # with no org tier to propose to, it is kept as a fact about them instead of being lost.
+        # Someone with no org tier to propose to (no org, or no longer a member of the session's)
+        # spoke of their own team: it is kept as a fact about them instead of being lost.
         result = writing.store_fact(
             session.user,
             candidate.text,

@@ -163,7 +163,7 @@ _ON_TOOL = re.compile(r"^(?i:(i|we)(?:'m| am|'re| are) (?:all |still |now )?on )
 
 
 def _org_subject(clause):
-    """ "our team deploys…" -> "The team deploys…"; "our stack is Go" -> "The team's stack is Go" (whose stack it is)."""
+    """An org clause with its subject named: "our stack is Go" -> "The team's stack is Go" (whose stack it is)."""
     return re.sub(
         r"^our (team|company|org|organisation|organization)\b|^our\b",
         lambda m: f"The {m[1]}" if m[1] else "The team's",
