@@ -371,7 +371,25 @@ def test_more_chat_wordings_that_said_nothing_about_the_user(said, facts):
 
 
 def test_we_both_is_not_a_verb():
-    assert phrasing.third_person("We both love helping others.") == "The user's team both loves helping others."
+    assert phrasing.third_person("We both love helping others.") == "The user and others both love helping others."
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        # Chat about life: "we" is no team, and the fact is about the user.
+        ("We went camping in the mountains.", "The user went camping in the mountains."),
+        ("During Thanksgiving, we usually watch a few movies.", "The user usually watches a few movies."),
+        ("We've got a pup and a kitty.", "The user has got a pup and a kitty."),
+        ("We back each other up and won't quit.", "The user and others back each other up and won't quit."),
+        # Work keeps the team.
+        ("We deploy on Fridays.", "The user's team deploys on Fridays."),
+        ("We use Django with Postgres.", "The user's team uses Django with Postgres."),
+    ],
+)
+def test_we_is_the_team_only_at_work(said, fact):
+    # LoCoMo's chit-chat gave "The user's team went camping with the kids." and the like.
+    assert [t for t, _ in _facts(said)] == [fact]
 
 
 def test_a_second_clause_without_a_subject_is_still_the_speakers():

@@ -280,6 +280,17 @@ _HOUSEHOLD = re.compile(
 )
 
 
+# What makes "we" a team: work, tools and the things teams run.
+_AT_WORK = re.compile(
+    r"\b(?:use|uses|using|deploy\w*|ship|ships|shipping|release\w*|stack|code|coding|codebase|repos?|repository|"
+    r"sprints?|standups?|on-prem|cloud|servers?|databases?|api|apis|production|staging|customers?|clients?|"
+    r"products?|offices?|company|startup|team|colleagues?|co-?workers?|projects?|deadlines?|migrat\w*|switched|"
+    r"software|framework|libraries|library|hiring|roadmap|shop|work|works|working|job|business|store|firm)\b",
+    re.IGNORECASE,
+)
+_TOGETHER = re.compile(r"\b(?:together|each other|one another|both|all of us|we all|us all)\b", re.IGNORECASE)
+
+
 def third_person(sentence):
     """'I have two dogs.' -> 'The user has two dogs.'; 'we use Django' -> "The user's team uses Django.".
 
@@ -290,11 +301,24 @@ def third_person(sentence):
     text = _FILLER.sub("", text)
     if not text:
         return None
-    # "We" is the user's team ("we use Django"), except where people live and the family they have.
+    # "We" is the user's family where people live and the family they have, the user's team at work
+    # ("we use Django"), and elsewhere the user, with others where the sentence says so ("we went
+    # camping" is no team outing: the user went camping; "we back each other up").
     household = _HOUSEHOLD.match(text)
-    we = "the user's family" if household else "the user's team"
-    # "Our kids love Lego." -> "The user's kids love Lego."
-    ours = "the user's" if household and household[0].lower().startswith("our") else we + "'s"
+    if household:
+        we = "the user's family"
+    elif _AT_WORK.search(text):
+        we = "the user's team"
+    elif _TOGETHER.search(text):
+        we = "the user and others"
+    else:
+        we = "the user"
+    # "Our kids love Lego." -> "The user's kids love Lego."; "our cat" -> "the user's cat".
+    ours = (
+        "the user's"
+        if we in ("the user", "the user and others") or (household and household[0].lower().startswith("our"))
+        else we + "'s"
+    )
     out = []
     user_named = False  # "the user" once, then "they"
     we_named = False  # the same for "we"
@@ -310,7 +334,7 @@ def third_person(sentence):
                 user_named = True
             elif word == "we":
                 out.append("they" if we_named else we)
-                conjugate = "they" if we_named else "user"
+                conjugate = "they" if we_named or we == "the user and others" else "user"
                 we_named = True
             elif word == "my":
                 out.append("their" if user_named else "the user's")
