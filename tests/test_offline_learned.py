@@ -382,8 +382,10 @@ def test_we_both_is_not_a_verb():
         ("During Thanksgiving, we usually watch a few movies.", "The user usually watches a few movies."),
         ("We've got a pup and a kitty.", "The user has got a pup and a kitty."),
         ("We back each other up and won't quit.", "The user and others back each other up and won't quit."),
+        ("We've been working on building up confidence.", "The user has been working on building up confidence."),
         # Work keeps the team.
         ("We deploy on Fridays.", "The user's team deploys on Fridays."),
+        ("We work at Acme.", "The user's team works at Acme."),
         ("We use Django with Postgres.", "The user's team uses Django with Postgres."),
     ],
 )

@@ -285,7 +285,9 @@ _AT_WORK = re.compile(
     r"\b(?:use|uses|using|deploy\w*|ship|ships|shipping|release\w*|stack|code|coding|codebase|repos?|repository|"
     r"sprints?|standups?|on-prem|cloud|servers?|databases?|api|apis|production|staging|customers?|clients?|"
     r"products?|offices?|company|startup|team|colleagues?|co-?workers?|projects?|deadlines?|migrat\w*|switched|"
-    r"software|framework|libraries|library|hiring|roadmap|shop|work|works|working|job|business|store|firm)\b",
+    r"software|framework|libraries|library|hiring|roadmap|shop|job|business|store|firm|at work|"
+    r"work(?:s|ed|ing)? (?:at|for) \w+"  # "we work at Acme", not "we've been working on our confidence"
+    r")\b",
     re.IGNORECASE,
 )
 _TOGETHER = re.compile(r"\b(?:together|each other|one another|both|all of us|we all|us all)\b", re.IGNORECASE)
