@@ -240,7 +240,6 @@ def extract_facts(text):
 
 _NAME = re.compile(r"(?<!^)(?<![.!?] )\b([A-Z][\w+#.-]*|\w*\d[\w.]*)")
 _NOT_NAMES = {"The", "User", "I", "I'm", "I've", "I'd"}
-_DUPLICATE = learned.VERDICTS.index("DUPLICATE")
 # The model's DUPLICATE stands only at this cosine or above, and its CONTRADICTS only when the
 # relation head gives at least this chance that both facts state one one-value relation. Both
 # were chosen together on the dev split (the ConvAI2 valid pairs, and hand-labelled pairs that the
@@ -269,6 +268,11 @@ def _only_values_differ(old, new):
     va = {w for w in a if learned.NUMBER.fullmatch(w)} | {_stem(n) for n in names(old)}
     vb = {w for w in b if learned.NUMBER.fullmatch(w)} | {_stem(n) for n in names(new)}
     return bool(va & a) and bool(vb & b) and a & va != b & vb and a - va == b - vb
+
+
+def _best_but_duplicate(probs):
+    """The model's likeliest verdict other than DUPLICATE, from one pair's row of probabilities."""
+    return max((v for v in learned.VERDICTS if v != "DUPLICATE"), key=lambda v: probs[learned.VERDICTS.index(v)])
 
 
 def verdicts(new, olds):
@@ -324,8 +328,7 @@ def verdicts(new, olds):
             out[i] = "INDEPENDENT"
         # Nor is a liking and a dislike ("likes jazz and blues" / "is tired of jazz").
         if out[i] == "DUPLICATE" and _leaning(old) * _leaning(new) < 0:
-            probs[i, _DUPLICATE] = 0.0
-            out[i] = learned.VERDICTS[int(probs[i].argmax())]
+            out[i] = _best_but_duplicate(probs[i])
     differ = [i for i, old in enumerate(olds) if _names_differ(old, new)]
     if differ:
         for i in differ:
@@ -336,8 +339,7 @@ def verdicts(new, olds):
             if relation[i] == relation[-1] and relation[i] in single:
                 out[i] = "CONTRADICTS"
             elif out[i] == "DUPLICATE":
-                probs[i, _DUPLICATE] = 0.0
-                out[i] = learned.VERDICTS[int(probs[i].argmax())]
+                out[i] = _best_but_duplicate(probs[i])
     return out
 
 
@@ -376,8 +378,10 @@ def _stem(word):
 _LIKES = re.compile(r"\b(?:loves|likes|enjoys|adores|is (?:a )?(?:big |huge )?fan of|is fond of|is into)\b")
 _DISLIKES = re.compile(r"\b(?:hates|dislikes|detests|loathes|can't stand|cannot stand|is sick of|is tired of)\b")
 _GAVE_UP = re.compile(r"\b(?:quit|gave up|given up|stopped|no longer)\b")
-_FEELING_WORDS = set("love like enjoy adore fan fond into hate dislike detest loathe stand sick tired".split())
-_FEELING_WORDS |= {"it", "them", "this", "that", "they", "thing"}  # what a feeling is about, not a pronoun
+# Feelings and the pronouns they point with: what a feeling is about is neither.
+_FEELING_WORDS = set(
+    "love like enjoy adore fan fond into hate dislike detest loathe stand sick tired it them this that they thing".split()
+)
 
 
 def _leaning(text):

@@ -306,21 +306,18 @@ def third_person(sentence):
     # "We" is the user's family where people live and the family they have, the user's team at work
     # ("we use Django"), and elsewhere the user, with others where the sentence says so ("we went
     # camping" is no team outing: the user went camping; "we back each other up").
-    household = _HOUSEHOLD.match(text)
+    # "Our kids love Lego." -> "The user's kids love Lego."; "our cat" -> "the user's cat".
+    household, plural, ours = _HOUSEHOLD.match(text), False, "the user's"
     if household:
         we = "the user's family"
+        if not household[0].lower().startswith("our"):
+            ours = "the user's family's"
     elif _AT_WORK.search(text):
-        we = "the user's team"
+        we, ours = "the user's team", "the user's team's"
     elif _TOGETHER.search(text):
-        we = "the user and others"
+        we, plural = "the user and others", True
     else:
         we = "the user"
-    # "Our kids love Lego." -> "The user's kids love Lego."; "our cat" -> "the user's cat".
-    ours = (
-        "the user's"
-        if we in ("the user", "the user and others") or (household and household[0].lower().startswith("our"))
-        else we + "'s"
-    )
     out = []
     user_named = False  # "the user" once, then "they"
     we_named = False  # the same for "we"
@@ -336,7 +333,7 @@ def third_person(sentence):
                 user_named = True
             elif word == "we":
                 out.append("they" if we_named else we)
-                conjugate = "they" if we_named or we == "the user and others" else "user"
+                conjugate = "they" if we_named or plural else "user"
                 we_named = True
             elif word == "my":
                 out.append("their" if user_named else "the user's")
