@@ -394,6 +394,84 @@ def test_we_is_the_team_only_at_work(said, fact):
     assert [t for t, _ in _facts(said)] == [fact]
 
 
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        (
+            "Every deployment must pass the staging smoke tests first.",
+            "In the user's work, every deployment must pass the staging smoke tests first.",
+        ),
+        (
+            "API changes must stay backwards compatible.",
+            "In the user's work, API changes must stay backwards compatible.",
+        ),
+        (
+            "Every release must be tagged in git.",
+            "In the user's work, every release must be tagged in git.",
+        ),
+    ],
+)
+def test_a_rule_of_the_users_work_without_a_person_is_a_constraint(said, fact):
+    # Before, a rule with a thing as its subject yielded nothing: only first-person clauses were candidates.
+    assert _facts(said) == [(fact, "constraint")]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "The deadline must be tight.",  # a guess, not a rule ("must be" without a participle)
+        "That must be hard at work.",
+        "The kids must be in bed by eight.",  # a rule, but not of the user's work
+        "You must try our product.",
+    ],
+)
+def test_a_guess_or_a_rule_outside_work_is_no_work_rule(said):
+    assert _facts(said) == []
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("We must never deploy during the sales call.", "The user's team must never deploy during the sales call."),
+        ("We must tag every release with its version.", "The user's team must tag every release with its version."),
+        (
+            "We can't change the payment service in the last week of the quarter.",
+            "The user's team cannot change the payment service in the last week of the quarter.",
+        ),
+    ],
+)
+def test_what_a_team_must_do_is_a_constraint_of_the_team(said, fact):
+    # Before: "must never" and "we must" were a profile or a preference, and a payment service
+    # was not work, so its rule was "The user cannot change...".
+    assert _facts(said) == [(fact, "constraint")]
+
+
+@pytest.mark.parametrize(
+    "old, new, verdict",
+    [
+        (
+            "The user's team must not deploy on Fridays.",
+            "In the user's work, deployments must not happen after 4pm.",
+            "INDEPENDENT",
+        ),
+        (
+            "In the user's work, every deployment must be announced in the ops channel first.",
+            "In the user's work, every deployment must record who pushed it.",
+            "INDEPENDENT",
+        ),
+        ("The user cannot use AWS.", "The user cannot use Azure.", "INDEPENDENT"),
+        (
+            "The user does not want the assistant to propose cloud services.",
+            "The user does not want the assistant to suggest cloud services.",
+            "DUPLICATE",
+        ),
+        ("The user must use AWS.", "The user must not use AWS.", "CONTRADICTS"),
+    ],
+)
+def test_two_rules_are_one_only_as_a_rewording(old, new, verdict):
+    assert offline.classify(old, new) == verdict
+
+
 def test_a_second_clause_without_a_subject_is_still_the_speakers():
     facts = [t for t, _ in _facts("I was born in Lagos but grew up in London.")]
     assert facts == ["The user was born in Lagos.", "The user grew up in London."]

@@ -119,6 +119,26 @@ def test_hating_what_you_loved_replaces_the_old_feeling_offline(org):
     assert old.superseded_by.text == "The user hates Python."
 
 
+def test_a_teams_rules_pile_up_offline_and_a_reworded_rule_confirms(org):
+    # Before, the model (trained on chit-chat) called the second rule DUPLICATE of the first and
+    # dropped it, and "after 4pm" superseded "on Fridays" through a guessed one-value relation.
+    offline_sessions(
+        org,
+        "We must not deploy on Fridays.",
+        "Every deployment must be announced in the ops channel first.",
+        "Every deployment must record who pushed it.",
+        "Deployments must not happen after 4pm.",
+        "Never propose cloud services.",
+        "Don't suggest cloud services.",
+    )
+    live = sorted(MemoryFact.objects.live().values_list("text", flat=True))
+    assert len(live) == 5 and not MemoryFact.objects.filter(superseded_at__isnull=False).exists()
+    assert any("Fridays" in t for t in live) and any("4pm" in t for t in live)
+    assert any("announced" in t for t in live) and any("who pushed it" in t for t in live)
+    cloud = MemoryFact.objects.get(text__contains="cloud services")
+    assert cloud.confirmation_count == 2  # the rewording confirmed the wish instead of adding a second
+
+
 def test_one_verdict_call_covers_every_neighbour(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):

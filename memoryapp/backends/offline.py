@@ -60,8 +60,20 @@ _ORG = re.compile(
     re.IGNORECASE,
 )
 _CONSTRAINT_CUE = re.compile(
-    r"\b(can't|cannot|can not|must not|mustn't|not allowed|aren't allowed|isn't allowed|contractually|by contract|"
-    r"for compliance|legally|on-prem|on prem|on-premises|air-gapped|allergic)\b",
+    r"\b(can't|cannot|can not|must not|must never|must always|mustn't|not allowed|aren't allowed|isn't allowed|"
+    r"contractually|by contract|for compliance|legally|on-prem|on prem|on-premises|air-gapped|allergic)\b"
+    r"|^we must\b",  # "we must tag every release": a rule of the team's ("I must say..." is not)
+    re.IGNORECASE,
+)
+# A rule of the user's work stated without a person ("Every deployment must pass the smoke tests",
+# "Database migrations must run first"): the subject is a thing, not a pronoun, and "must" is an
+# obligation, so "must be" needs a participle ("must be announced", not the guess "must be tight").
+_HOUSE_RULE = re.compile(
+    r"^(?!(?:it|this|that|these|those|there|you|your|he|she|they|his|her|their|everyone|everybody|someone|people|"
+    r"i|we|my|our|the user)\b)(?:(?:every|each|all|no|the|any) )?(?:(?!(?:i|we|you|he|she|it|they|user)\b)[a-z][\w-]* ){1,4}"
+    r"(?:must(?: not| never| always| only)? (?!be\b)[a-z]+\b.*"
+    r"|must(?: not| never| always| only)? be (?:[a-z]+(?:ed|en)|done|kept|run|built|made|set|shown|written|sent|put|"
+    r"left|held|paid|read|shipped)\b.*)$",
     re.IGNORECASE,
 )
 
@@ -197,6 +209,9 @@ def extract_facts(text):
             found.append((addressed[0], addressed[1], "personal"))
         elif _ORG.match(clause):
             found.append((_finish(_org_subject(clause)), "profile", "org"))
+        elif _HOUSE_RULE.match(clause) and phrasing.AT_WORK.search(clause):
+            rule = clause[:1].lower() + clause[1:] if clause[1:2].islower() else clause  # "API changes" stays
+            found.append((_finish(f"In the user's work, {rule}"), "constraint", "personal"))
         elif stated and len(stated.split()) >= 2:
             pending.append(stated)
     if pending:
@@ -428,7 +443,33 @@ def _rule(old, new):
     # A stored fact that was itself a change ("now uses MySQL") is replaced by a newer one naming another value.
     if _CHANGED.search(new) and (not _CHANGED.search(old) or _names_differ(old, new)) and overlap >= 0.25 and value:
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
+    if _RULE.search(old) and _RULE.search(new):
+        return _rules_verdict(old, new)
     return None
+
+
+# A rule the user keeps or wants kept: "must", "cannot", "is not allowed to", a wish about the
+# assistant. Not "can't wait" or "cannot believe", which are feelings.
+_RULE = re.compile(
+    r"\b(?:must|mustn't|may not|(?:is|are) not allowed|(?:has|have) to|wants the assistant|does not want the assistant"
+    r"|(?:cannot|can't|can not) (?!wait|believe|imagine|stand|help|remember|say|get enough|stop)[a-z])",
+    re.IGNORECASE,
+)
+# Two rules are one only as a close rewording: on hand-written pairs, rewordings ("must not deploy
+# on Fridays" / "never deploys on a Friday", "propose" / "suggest cloud services") sat at cosine
+# 0.80-0.96 and different rules of one team ("every deployment must be announced first" /
+# "...must record who pushed it") at 0.60-0.69. Neither ConvAI2 nor the judged LoCoMo pairs hold
+# enough rule pairs to choose it on (docs/benchmarks.md, round 13).
+RULE_DUPLICATE_SIMILARITY = 0.75
+
+
+def _rules_verdict(old, new):
+    """Two rules pile up (a team has many), unless one rewords the other; a reversal is caught before this."""
+    vectors = learned.vectors([old, new])
+    named_apart = {_stem(n) for n in names(old)} != {_stem(n) for n in names(new)}
+    if vectors[0] @ vectors[1] >= RULE_DUPLICATE_SIMILARITY and not named_apart:
+        return "DUPLICATE"  # "cannot use GPL code" / "is not allowed to use GPL-licensed code"
+    return "INDEPENDENT"  # "must not deploy on Fridays" / "deployments must not happen after 4pm"
 
 
 def classify(old, new, similarity=None):

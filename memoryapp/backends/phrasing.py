@@ -281,11 +281,12 @@ _HOUSEHOLD = re.compile(
 
 
 # What makes "we" a team: work, tools and the things teams run.
-_AT_WORK = re.compile(
+AT_WORK = re.compile(
     r"\b(?:use|uses|using|deploy\w*|ship|ships|shipping|release\w*|stack|code|coding|codebase|repos?|repository|"
     r"sprints?|standups?|on-prem|cloud|servers?|databases?|api|apis|production|staging|customers?|clients?|"
     r"products?|offices?|company|startup|team|colleagues?|co-?workers?|projects?|deadlines?|migrat\w*|switched|"
-    r"software|framework|libraries|library|hiring|roadmap|shop|job|business|store|firm|at work|"
+    r"software|framework|libraries|library|hiring|roadmap|shop|job|business|store|firm|at work|services?|builds?|"
+    r"containers?|pull requests?|branch(?:es)?|incidents?|rollouts?|pipelines?|"
     r"work(?:s|ed|ing)? (?:at|for) \w+"  # "we work at Acme", not "we've been working on our confidence"
     r")\b",
     re.IGNORECASE,
@@ -312,7 +313,7 @@ def third_person(sentence):
         we = "the user's family"
         if not household[0].lower().startswith("our"):
             ours = "the user's family's"
-    elif _AT_WORK.search(text):
+    elif AT_WORK.search(text):
         we, ours = "the user's team", "the user's team's"
     elif _TOGETHER.search(text):
         we, plural = "the user and others", True
