@@ -139,6 +139,19 @@ def test_a_teams_rules_pile_up_offline_and_a_reworded_rule_confirms(org):
     assert cloud.confirmation_count == 2  # the rewording confirmed the wish instead of adding a second
 
 
+def test_a_new_language_or_name_for_the_assistant_replaces_the_old_one_offline(org):
+    # Before, "answer in English" sat beside "answer in German" (INDEPENDENT), and every block held both.
+    offline_sessions(org, "Answer in German from now on.", "From now on, call me Sam.")
+    offline_sessions(org, "Please reply in English from now on.", "From now on, call me Alex.")
+    live = sorted(MemoryFact.objects.live().values_list("text", flat=True))
+    assert live == [
+        "The user wants the assistant to call them Alex.",
+        "The user wants the assistant to reply in English.",
+    ]
+    german = MemoryFact.objects.get(text__contains="German")
+    assert german.superseded_by.text == "The user wants the assistant to reply in English."
+
+
 def test_one_verdict_call_covers_every_neighbour(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):

@@ -187,13 +187,23 @@ _GOAL_KIND, _CONSTRAINT_KIND = KINDS.index("goal"), KINDS.index("constraint")
 
 
 def kind_choices(probabilities, texts):
-    """The kind head's choice per clause; a goal without goal wording becomes a profile or a preference."""
+    """The kind head's choice per clause; a goal or a constraint without its wording becomes a profile or a preference.
+
+    Constraints are always in the block and never expire, and the training data labels a clause a
+    constraint only by such wording ("allergic", "cannot"...), so without it the head's constraint
+    is a guess ("is not a fan of microservices", "is migrating to GitHub Actions").
+    """
     chosen = []
     for p, text in zip(probabilities, texts, strict=True):
         best = int(p.argmax())
-        if best == _GOAL_KIND and not GOAL_WORDING.search(text):
+        unworded = (best == _GOAL_KIND and not GOAL_WORDING.search(text)) or (
+            best == _CONSTRAINT_KIND and not _CONSTRAINT.search(text)
+        )
+        if unworded:
             p = p.copy()
-            p[[_GOAL_KIND, _CONSTRAINT_KIND]] = -1.0
+            p[_CONSTRAINT_KIND] = -1.0
+            if not GOAL_WORDING.search(text):
+                p[_GOAL_KIND] = -1.0
             best = int(p.argmax())
         chosen.append(KINDS[best])
     return chosen

@@ -21,7 +21,8 @@ _TRANSIENT = phrasing.TRANSIENT
 # Sentences addressed to the assistant: phrased as what the user wants from it.
 _NEVER = re.compile(
     r"^(?:please )?(?:never|don't ever|do not ever|don't|do not) "
-    r"(suggest|propose|recommend|use|mention|give|add|show|send|include|write)\b(.*)$",
+    r"(suggest|propose|recommend|use|mention|give|add|show|send|include|write|explain|apologi[sz]e|repeat|call|"
+    r"contact)\b(.*)$",
     re.IGNORECASE,
 )
 _ALWAYS = re.compile(
@@ -30,6 +31,74 @@ _ALWAYS = re.compile(
     re.IGNORECASE,
 )
 _RATHER = re.compile(r"^(i|we)('d| would) rather\b(?! you\b)", re.IGNORECASE)
+# An imperative is a task ("use a dict here") unless it says it lasts: "From now on, call me Sam",
+# "answer in German going forward".
+_LASTING = re.compile(
+    r"^(?:from now on|going forward|in (?:the )?future|by default),?\s+|,?\s+(?:from now on|going forward|"
+    r"in (?:the )?future|by default)$",
+    re.IGNORECASE,
+)
+_IMPERATIVE = re.compile(
+    r"^(?:please )?(?:just |always )?(?P<verb>use|call|answer|reply|respond|write|give|show|keep|make|put|add|include|"
+    r"format|explain|avoid|assume|stick|speak|talk|send|list|start|end|sign|address|cite|mention|suggest|"
+    r"recommend)\b(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+# "Answer in German", "reply to me in Spanish": a language is kept for good, a format ("in JSON") is a task's.
+_LANGUAGES = (
+    r"(?:plain |simple |British |American )?(?P<language>English|German|French|Spanish|Portuguese|Italian|Dutch|Polish|"
+    r"Czech|Swedish|Norwegian|Danish|Finnish|Greek|Turkish|Russian|Ukrainian|Arabic|Hebrew|Hindi|Japanese|Chinese|"
+    r"Mandarin|Korean|Vietnamese|Indonesian|Romanian|Hungarian)\b"
+)
+_IN_LANGUAGE = re.compile(
+    r"^(?:please )?(?P<verb>answer|reply|respond|write|talk|speak)(?: to me)? in " + _LANGUAGES, re.IGNORECASE
+)
+# Wishes that hold one value at a time: the language of the answers, the name to use.
+_ONE_VALUE_WISHES = {
+    "language": re.compile(
+        r"\bwants the assistant to (?:answer|reply|respond|write|talk|speak)(?: to them)? in " + _LANGUAGES, re.I
+    ),
+    "name": re.compile(r"\bwants the assistant to call them (?P<name>[A-Z][\w'-]*)"),
+}
+# "Call me Sam": a name to use is kept for good, like a language.
+_CALL_ME = re.compile(r"^(?i:(?:please )?(?:just )?call me )[A-Z][\w'-]*$")
+# "Please stop using emojis": what the assistant should no longer do.
+_STOP_DOING = re.compile(
+    r"^(?:please )?stop (?P<verb>using|adding|giving|writing|including|suggesting|recommending|apologi[sz]ing|"
+    r"putting|explaining|repeating|summari[sz]ing|ending|starting)\b(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+# "Be blunt with me": how the person wants to be answered.
+_BE = re.compile(
+    r"^(?:please )?(?:always )?be (?P<how>(?:more |very |really |brutally |extra )?(?:blunt|direct|concise|brief|"
+    r"honest|terse|succinct|formal|casual|patient|gentle|critical|precise|detailed|thorough))\b(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_BASE_FORM = {
+    **{f"{v}ing": v for v in ("add", "suggest", "recommend", "explain", "repeat", "end", "start")},
+    **{
+        f"{v[:-1]}ing": v
+        for v in ("use", "give", "write", "include", "apologise", "apologize", "summarise", "summarize")
+    },
+    "putting": "put",
+}
+
+
+def _for_them(wish):
+    """A wish in the user's words, about the user: "call me Sam" -> "call them Sam"."""
+    for rx, word in (
+        (r"\bme\b", "them"),
+        (r"\bmy\b", "their"),
+        (r"\bmyself\b", "themselves"),
+        (r"\bmine\b", "theirs"),
+        (r"\bI'm\b|\bI am\b", "they are"),
+        (r"\bI was\b", "they were"),
+        (r"\bI\b", "they"),
+    ):
+        wish = re.sub(rx, word, wish, flags=re.IGNORECASE)
+    return wish
+
+
 # "I'd rather you didn't use emojis", "I'd rather you use tabs": a wish about the assistant.
 _RATHER_YOU = re.compile(
     r"^(?:i|we)(?:'d| would) rather you (?P<not>didn't |did not |don't |do not |not |never )?(?P<verb>[a-z]+)\b(?P<rest>.*)$",
@@ -99,6 +168,7 @@ _TOOL = re.compile(
 )
 
 
+_WISH_POINTS_BACK = re.compile(r"\b(?:it|that|this|those|these|them|so)\.$")
 # An object that points back into the conversation ("I read them on my phone", "I love it"): the
 # fact would not say what it is about.
 _POINTS_BACK = re.compile(
@@ -130,6 +200,16 @@ def _addressed(clause):
     always = _ALWAYS.match(clause)
     if always:
         return _finish(f"The user wants the assistant to {always[1].lower()} {always[2]}{always[3]}"), "preference"
+    stop = _STOP_DOING.match(clause)
+    if stop:
+        verb = _BASE_FORM[stop["verb"].lower()]
+        return _finish(f"The user does not want the assistant to {verb}{stop['rest']}"), "constraint"
+    be = _BE.match(clause)
+    if be:
+        return _finish(f"The user wants the assistant to be {be['how'].lower()}{be['rest']}"), "preference"
+    wish = _IMPERATIVE.match(_LASTING.sub("", clause))
+    if wish and (_LASTING.search(clause) or _IN_LANGUAGE.match(clause) or _CALL_ME.match(clause)):
+        return _finish(f"The user wants the assistant to {wish['verb'].lower()}{wish['rest']}"), "preference"
     return None
 
 
@@ -205,8 +285,10 @@ def extract_facts(text):
     found, pending = [], []
     for clause, stated in _statement_clauses(text):
         addressed = _addressed(clause)
-        if addressed:
-            found.append((addressed[0], addressed[1], "personal"))
+        if addressed and not _WISH_POINTS_BACK.search(addressed[0]):
+            found.append((_for_them(addressed[0]), addressed[1], "personal"))
+        elif addressed:
+            continue  # "Don't call me that": a wish about something only the conversation names
         elif _ORG.match(clause):
             found.append((_finish(_org_subject(clause)), "profile", "org"))
         elif _HOUSE_RULE.match(clause) and phrasing.AT_WORK.search(clause):
@@ -443,6 +525,11 @@ def _rule(old, new):
     # A stored fact that was itself a change ("now uses MySQL") is replaced by a newer one naming another value.
     if _CHANGED.search(new) and (not _CHANGED.search(old) or _names_differ(old, new)) and overlap >= 0.25 and value:
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
+    for wish in _ONE_VALUE_WISHES.values():
+        was, now = wish.search(old), wish.search(new)
+        if was and now:
+            # "answer in German" / "answer in English": the newer wish replaces the older.
+            return "DUPLICATE" if was[1].casefold() == now[1].casefold() else "CONTRADICTS"
     if _RULE.search(old) and _RULE.search(new):
         return _rules_verdict(old, new)
     return None

@@ -85,10 +85,18 @@ _SINCE_LAST = re.compile(
 )
 
 
+# "Don't explain the basics, I'm a senior developer": a comma, then the speaker says what they are.
+# Not inside a quotation ('"I'm sorry, Dave, I'm afraid I can't do that."').
+_COMMA_THEN_I = re.compile(r",\s*(?=(?:i'm|i am|we're|we are|i've|we've)\s)", re.IGNORECASE)
+
+
 def clauses(sentence):
     """A sentence cut where it holds two statements, with leading and trailing filler removed."""
     speaker = None  # "I was born in Lagos but grew up in London": the second clause is the speaker's too
-    for part in _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence)):
+    parts = _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence))
+    if not re.search('["“”]', sentence):
+        parts = [p for part in parts for p in _COMMA_THEN_I.split(part)]
+    for part in parts:
         part = part.strip().rstrip(".!,")
         first = part.split(" ", 1)[0].lower()
         if speaker and _past_tense(first):
