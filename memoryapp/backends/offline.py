@@ -46,7 +46,7 @@ _IMPERATIVE = re.compile(
 )
 # "Answer in German", "reply to me in Spanish": a language is kept for good, a format ("in JSON") is a task's.
 _LANGUAGES = (
-    r"(?:plain |simple |British |American )?(?P<language>English|German|French|Spanish|Portuguese|Italian|Dutch|Polish|"
+    r"(?:plain |simple |British |American )?(?P<value>English|German|French|Spanish|Portuguese|Italian|Dutch|Polish|"
     r"Czech|Swedish|Norwegian|Danish|Finnish|Greek|Turkish|Russian|Ukrainian|Arabic|Hebrew|Hindi|Japanese|Chinese|"
     r"Mandarin|Korean|Vietnamese|Indonesian|Romanian|Hungarian)\b"
 )
@@ -54,12 +54,12 @@ _IN_LANGUAGE = re.compile(
     r"^(?:please )?(?P<verb>answer|reply|respond|write|talk|speak)(?: to me)? in " + _LANGUAGES, re.IGNORECASE
 )
 # Wishes that hold one value at a time: the language of the answers, the name to use.
-_ONE_VALUE_WISHES = {
-    "language": re.compile(
+_ONE_VALUE_WISHES = (
+    re.compile(
         r"\bwants the assistant to (?:answer|reply|respond|write|talk|speak)(?: to them)? in " + _LANGUAGES, re.I
     ),
-    "name": re.compile(r"\bwants the assistant to call them (?P<name>[A-Z][\w'-]*)"),
-}
+    re.compile(r"\bwants the assistant to call them (?P<value>[A-Z][\w'-]*)"),
+)
 # "Call me Sam": a name to use is kept for good, like a language.
 _CALL_ME = re.compile(r"^(?i:(?:please )?(?:just )?call me )[A-Z][\w'-]*$")
 # "Please stop using emojis": what the assistant should no longer do.
@@ -168,6 +168,7 @@ _TOOL = re.compile(
 )
 
 
+# A wish whose object only the conversation names ("Don't call me that").
 _WISH_POINTS_BACK = re.compile(r"\b(?:it|that|this|those|these|them|so)\.$")
 # An object that points back into the conversation ("I read them on my phone", "I love it"): the
 # fact would not say what it is about.
@@ -525,11 +526,11 @@ def _rule(old, new):
     # A stored fact that was itself a change ("now uses MySQL") is replaced by a newer one naming another value.
     if _CHANGED.search(new) and (not _CHANGED.search(old) or _names_differ(old, new)) and overlap >= 0.25 and value:
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
-    for wish in _ONE_VALUE_WISHES.values():
+    for wish in _ONE_VALUE_WISHES:
         was, now = wish.search(old), wish.search(new)
         if was and now:
             # "answer in German" / "answer in English": the newer wish replaces the older.
-            return "DUPLICATE" if was[1].casefold() == now[1].casefold() else "CONTRADICTS"
+            return "DUPLICATE" if was["value"].casefold() == now["value"].casefold() else "CONTRADICTS"
     if _RULE.search(old) and _RULE.search(new):
         return _rules_verdict(old, new)
     return None
