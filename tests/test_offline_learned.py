@@ -37,7 +37,14 @@ def test_two_cats_is_a_fact():
 
 @pytest.mark.parametrize(
     "said",
-    ["Can you explain recursion?", "What's the capital of France?", "Thanks, that helps!", "hello , how are you ?"],
+    [
+        "Can you explain recursion?",
+        "What's the capital of France?",
+        "Thanks, that helps!",
+        "hello , how are you ?",
+        "I have no idea.",  # was "The user has no idea."
+        "I'm not sure.",
+    ],
 )
 def test_questions_and_chit_chat_yield_nothing(said):
     assert offline.extract_facts(said) == []
@@ -549,6 +556,25 @@ def test_what_a_team_must_do_is_a_constraint_of_the_team(said, fact):
 )
 def test_two_rules_are_one_only_as_a_rewording(old, new, verdict):
     assert offline.classify(old, new) == verdict
+
+
+def test_a_promotion_replaces_the_old_role():
+    # Before: DUPLICATE, so "got promoted to senior developer" was dropped and "junior" confirmed.
+    assert offline.classify("The user is a junior developer.", "The user got promoted to senior developer.") == (
+        "CONTRADICTS"
+    )
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("We no longer deploy on Fridays.", "The user's team no longer deploys on Fridays."),
+        ("I no longer eat meat.", "The user no longer eats meat."),
+    ],
+)
+def test_no_longer_is_not_a_verb(said, fact):
+    # Before: "The user's team noes longer deploy on Fridays."
+    assert phrasing.third_person(said) == fact
 
 
 def test_a_second_clause_without_a_subject_is_still_the_speakers():

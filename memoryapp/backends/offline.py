@@ -443,7 +443,8 @@ def verdicts(new, olds):
 
 _NEGATION = re.compile(r"\b(not|no|never|no longer|doesn't|isn't|don't|cannot|can't)\b", re.IGNORECASE)
 _CHANGED = re.compile(
-    r"\b(now|no longer|instead of|switched|migrated|moved (?:to|from)|changed|replaced|stopped|quit|gave up)\b",
+    r"\b(now|no longer|instead of|switched|migrated|moved (?:to|from)|changed|replaced|stopped|quit|gave up|"
+    r"promoted)\b",
     re.IGNORECASE,
 )
 _STILL = re.compile(r"\b(still|as always|again)\b", re.IGNORECASE)

@@ -39,7 +39,7 @@ def announces_change(fact):
 # Moods and the moment: true today, not worth remembering.
 TRANSIENT = re.compile(
     r"\b(today|tonight|right now|at the moment|this morning|this afternoon|tired|sleepy|hungry|frustrated|"
-    r"annoyed|angry|upset|confused|stuck|bored|sorry|excited|busy|in a hurry)\b",
+    r"annoyed|angry|upset|confused|stuck|bored|sorry|excited|busy|in a hurry|not sure|no idea|unsure)\b",
     re.IGNORECASE,
 )
 _FILLER = re.compile(
@@ -370,8 +370,9 @@ def third_person(sentence):
             continue
         if conjugate and not tok.isspace():
             low = tok.lower()
-            if low in _ADVERBS or low == "not":
-                out.append(tok)
+            no_longer = low == "no" and re.match(r"\s+longer\b", text[m.end() :], re.I)
+            if low in _ADVERBS or low == "not" or no_longer or (low == "longer" and "".join(out).endswith("no ")):
+                out.append(tok)  # "we no longer deploy" -> "the user's team no longer deploys"
                 continue
             if low in _FORMS:
                 out.append(_FORMS[low][0 if conjugate == "user" else 1])
