@@ -44,6 +44,8 @@ def test_two_cats_is_a_fact():
         "hello , how are you ?",
         "I have no idea.",  # was "The user has no idea."
         "I'm not sure.",
+        "I am good, thanks.",  # was "The user is good, thanks."
+        "hello, i am very well. and you?",
     ],
 )
 def test_questions_and_chit_chat_yield_nothing(said):
@@ -558,6 +560,11 @@ def test_two_rules_are_one_only_as_a_rewording(old, new, verdict):
     assert offline.classify(old, new) == verdict
 
 
+def test_how_i_am_is_filler_before_the_fact():
+    assert [t for t, _ in _facts("I am good, sometimes I sew my own clothes.")] == ["The user sews their own clothes."]
+    assert [t for t, _ in _facts("I am good at chess.")] == ["The user is good at chess."]
+
+
 def test_a_promotion_replaces_the_old_role():
     # Before: DUPLICATE, so "got promoted to senior developer" was dropped and "junior" confirmed.
     assert offline.classify("The user is a junior developer.", "The user got promoted to senior developer.") == (
@@ -574,6 +581,23 @@ def test_a_promotion_replaces_the_old_role():
 )
 def test_no_longer_is_not_a_verb(said, fact):
     # Before: "The user's team noes longer deploy on Fridays."
+    assert phrasing.third_person(said) == fact
+
+
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        # Before: "...when they was training...", "The user heards hockey...", "...were born." after "they was".
+        (
+            "I saw a cow when I was training for the olympics.",
+            "The user saw a cow when they were training for the olympics.",
+        ),
+        ("I heard hockey is very popular in Canada.", "The user heard hockey is very popular in Canada."),
+        ("I brought my dog to work.", "The user brought their dog to work."),
+        ("I wasn't happy when I wasn't at home.", "The user was not happy when they were not at home."),
+    ],
+)
+def test_past_tenses_keep_their_form_and_agree_with_they(said, fact):
     assert phrasing.third_person(said) == fact
 
 

@@ -42,6 +42,13 @@ TRANSIENT = re.compile(
     r"annoyed|angry|upset|confused|stuck|bored|sorry|excited|busy|in a hurry|not sure|no idea|unsure)\b",
     re.IGNORECASE,
 )
+# The answer to "how are you?" ("I'm good, thanks", "doing well"), filler before what follows
+# ("I am good, sometimes I sew my own clothes"); not "I'm good at chess" or "I'm fine with tabs".
+_HOW_I_AM = re.compile(
+    r"^(?:i am|i'm|doing|am) (?:very |pretty |really |quite |so )?(?:good|fine|well|great|ok|okay|alright|not bad)"
+    r"(?=$|[,.!]|\s+(?:thanks|thank you|and you|how)\b)[,.!]?\s*",
+    re.IGNORECASE,
+)
 _FILLER = re.compile(
     r"^(also|and|but|so|oh|ok|okay|well|btw|by the way|fyi|just so you know|for context|for the record|"
     r"personally|honestly|actually|basically|note that|heads up|anyway|ah|hi|hello|hey|thanks|yes|yeah|no|lol|"
@@ -103,7 +110,7 @@ def clauses(sentence):
             part = f"{speaker} {part}"
         speaker = "I" if re.match(r"i\b", part, re.IGNORECASE) else None
         while True:
-            stripped = _TRAILING_FILLER.sub("", _FILLER.sub("", part).strip()).strip().rstrip(".!,")
+            stripped = _TRAILING_FILLER.sub("", _HOW_I_AM.sub("", _FILLER.sub("", part)).strip()).strip().rstrip(".!,")
             if stripped == part:
                 break
             part = stripped
@@ -221,7 +228,9 @@ _UNCHANGED = set(
     """was were had did could would should might must will can may shall used got went grew met made became took saw
     won lost left ran bought began came drove ate fell felt found gave knew spent taught told thought wrote sold broke
     built caught chose drank flew forgot held kept led paid put quit rode said sang sat slept spoke stood swam threw
-    understood wore read hurt let set cut cannot""".split()
+    understood wore read hurt let set cut cannot heard brought fought sought sent meant lent bent dealt dreamt learnt
+    burnt hid shot struck hung rang shook woke fled forgave froze rose sank stole stuck swore swept tore wept drew
+    blew bit crept spun stung""".split()
 )
 # Present-tense verbs that end in -ed like a past tense.
 _PRESENT_ED = {"need", "feed", "bleed", "breed", "speed", "proceed", "succeed", "exceed", "heed", "seed", "shed", "wed"}
@@ -248,7 +257,8 @@ _FORMS = {
     "cant": ("cannot", "cannot"),
     "won't": ("will not", "will not"),
     "didn't": ("did not", "did not"),
-    "wasn't": ("was not", "was not"),
+    "was": ("was", "were"),
+    "wasn't": ("was not", "were not"),
     "weren't": ("was not", "were not"),
     "aren't": ("is not", "are not"),
     "couldn't": ("could not", "could not"),
