@@ -193,3 +193,11 @@ def test_unknown_pages_get_the_sites_404(page, pat):
     expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
     expect(page.get_by_role("link", name="Go to my memory")).to_be_visible()
     assert page.evaluate("getComputedStyle(document.querySelector('header.top')).backgroundColor") != "rgba(0, 0, 0, 0)"
+
+
+def test_a_forms_button_does_not_touch_the_field_above_it(page, db):
+    # Before: the sign-in button sat flush against the password field (0 px between them).
+    page.goto("/login/")
+    field = page.locator("input[name=password]").bounding_box()
+    button = page.get_by_role("button", name="Sign in").bounding_box()
+    assert button["y"] - (field["y"] + field["height"]) >= 8
