@@ -565,6 +565,28 @@ def test_how_i_am_is_filler_before_the_fact():
     assert [t for t, _ in _facts("I am good at chess.")] == ["The user is good at chess."]
 
 
+@pytest.mark.parametrize(
+    "said, facts",
+    [
+        # Before: "The user has lived in Berlin." and "The user has played piano." + "The user was 5."
+        ("I have lived in Berlin since 2019.", ["The user has lived in Berlin since 2019."]),
+        ("I have played piano since I was 5.", ["The user has played piano since they were 5."]),
+        (
+            "I stopped eating meat since I read about factory farms.",
+            ["The user stopped eating meat.", "The user read about factory farms."],
+        ),
+    ],
+)
+def test_since_a_time_is_part_of_the_fact_and_since_a_reason_is_not(said, facts):
+    assert [t for t, _ in _facts(said)] == facts
+
+
+@pytest.mark.parametrize("said", ["I have never been there.", "I went there once.", "I lived there for ten years."])
+def test_a_place_only_the_conversation_names_is_no_fact(said):
+    # Before: "The user has never been there." -- there is nowhere.
+    assert _facts(said) == []
+
+
 def test_a_promotion_replaces_the_old_role():
     # Before: DUPLICATE, so "got promoted to senior developer" was dropped and "junior" confirmed.
     assert offline.classify("The user is a junior developer.", "The user got promoted to senior developer.") == (

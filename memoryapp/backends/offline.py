@@ -174,7 +174,9 @@ _WISH_POINTS_BACK = re.compile(r"\b(?:it|that|this|those|these|them|so)\.$")
 # fact would not say what it is about.
 _POINTS_BACK = re.compile(
     r"^The user(?:'s team)? (?:\w+ ){0,2}?\w+ (?:it|them|those|these|that|this|that one|this one)"
-    r"(?=\.$| (?:on|in|at|for|with|to|from|every|all|a lot|so much|too|very|really|now)\b)",
+    r"(?=\.$| (?:on|in|at|for|with|to|from|every|all|a lot|so much|too|very|really|now)\b)"
+    # "I have never been there", "I went there once": a place only the conversation names.
+    r"|^The user (?:has |had |would )?(?:\w+ )?(?:been|gone|went|goes|go|lived|moved|visited|travel(?:l?ed|s)?) there\b",
 )
 
 

@@ -58,9 +58,16 @@ _FILLER = re.compile(
 _TRAILING_FILLER = re.compile(
     r"[,]?\s+(by the way|btw|fyi|though|lol|haha|too|as well|actually|honestly|anyway|please)$", re.IGNORECASE
 )
+# "Since 2019", "since college", "since I was 5": when, not a reason, so not a second statement.
+_A_TIME = (
+    r"(?:\d+|last|early|late|childhood|birth|then|college|high school|(?:i|we) (?:was|were)|"
+    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*)\b"
+)
 # Where one sentence holds two statements: "never suggest AWS — we're on-prem by contract".
 _CLAUSE_BREAK = re.compile(
-    r"\s+[—–]\s+|\s+-{1,2}\s+|;\s*|:\s+|,\s*(?:so|but|because|since|as)\s+|\s+(?:because|since|but)\s+"
+    r"\s+[—–]\s+|\s+-{1,2}\s+|;\s*|:\s+|,\s*(?:so|but|because|since|as)\s+|\s+(?:because|since(?!\s+"
+    + _A_TIME
+    + r")|but)\s+"
     r"|,?\s*and\s+(?=(?:i|we|my|our|i'm|we're)\b)",
     re.IGNORECASE,
 )
