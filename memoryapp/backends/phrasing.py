@@ -277,7 +277,8 @@ _PRONOUN = re.compile(
     r"(?<![\w'])(I|i|my|My|me|Me|mine|Mine|myself|Myself|we|We|our|Our|us|Us|ours|Ours|ourselves|Ourselves)"
     r"(['’](?:m|ve|d|ll|re))?(?![\w'])"
 )
-_TOKEN = re.compile(_PRONOUN.pattern + r"|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+|\d+|\s+")
+# "no longer" is one token, an adverb like "never": "we no longer deploy" -> "the user's team no longer deploys".
+_TOKEN = re.compile(_PRONOUN.pattern + r"|[Nn]o longer\b|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+|\d+|\s+")
 
 
 def _past_tense(low):
@@ -387,9 +388,8 @@ def third_person(sentence):
             continue
         if conjugate and not tok.isspace():
             low = tok.lower()
-            no_longer = low == "no" and re.match(r"\s+longer\b", text[m.end() :], re.I)
-            if low in _ADVERBS or low == "not" or no_longer or (low == "longer" and "".join(out).endswith("no ")):
-                out.append(tok)  # "we no longer deploy" -> "the user's team no longer deploys"
+            if low in _ADVERBS or low in ("not", "no longer"):
+                out.append(tok)
                 continue
             if low in _FORMS:
                 out.append(_FORMS[low][0 if conjugate == "user" else 1])
