@@ -308,7 +308,7 @@ def run_store_fact(bench, n, rng, progress=None):
             vector = embeddings.embed(text)
             t1 = time.perf_counter()
             before_calls, before_model, before_sql = calls["n"], calls["seconds"], dict(timer.buckets)
-            result = writing.store_fact(user, text, kind, judge=judge, vector=vector)
+            result = writing.store_fact(user, text, kind, judge=judge, vectors=(vector, None))
             t2 = time.perf_counter()
             model = calls["seconds"] - before_model
             rows.append(

@@ -218,7 +218,7 @@ class Vectors:
         progress = self.progress_factory("embedding", len(todo)) if self.progress_factory and todo else None
         for i in range(0, len(todo), 256):
             chunk = todo[i : i + 256]
-            for t, v in zip(chunk, embeddings.embed_many(chunk), strict=True):
+            for t, v in zip(chunk, embeddings.embed_many(chunk, model=embeddings.minilm()), strict=True):
                 self.table[t] = v.astype(np.float32)
             if progress:
                 progress.advance(len(chunk))

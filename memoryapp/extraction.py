@@ -25,7 +25,7 @@ class Candidate:
     text: str
     kind: str
     scope: str = "personal"
-    vector: object = None  # its embedding, computed once when the answer was validated
+    vectors: tuple = None  # (stored, MiniLM) vectors, computed once when the answer was validated
 
 
 @dataclass
@@ -68,8 +68,9 @@ def parse_answer(raw):
         if isinstance(text, str):
             text = validation.normalise(text)
         try:
-            # The write path's own check; the vector it computes is the one stored (one model pass a fact).
-            vector = writing.validated_vector(text, kind)
+            # The write path's own check; the vectors it computes are the ones stored and checked
+            # again (one pass of each model a fact).
+            vectors = writing.validated_vectors(text, kind)
         except writing.FactRejected as exc:
             result.dropped.append((item, str(exc)))
             continue
@@ -77,7 +78,7 @@ def parse_answer(raw):
         if key in seen:
             continue  # the same fact twice in one answer
         seen.add(key)
-        result.facts.append(Candidate(text=text, kind=kind, scope=scope, vector=vector))
+        result.facts.append(Candidate(text=text, kind=kind, scope=scope, vectors=vectors))
     return result
 
 
@@ -304,7 +305,7 @@ def _run(run, usage, started):
             source_turns=source_turns_for(candidate.text, user_turns, ordinals),
             judge=judge,
             usage=usage,
-            vector=candidate.vector,
+            vectors=candidate.vectors,
             claim=lambda: _hold(run),
             after=lambda result, key=key: mark_applied(key),
         )

@@ -266,7 +266,11 @@ OPENAI_PRICE_PER_MTOK = {
     "cache_read": env("OPENAI_PRICE_CACHED_INPUT_PER_MTOK", "0"),
     "cache_write": "0",
 }
-EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm")  # minilm | voyage
+# minilm-qint8: MiniLM with int8 MatMuls, twice as fast for the same retrieval (docs/benchmarks.md);
+# minilm: the unquantized model; voyage: Voyage AI. After a change, `manage.py reembed_facts`.
+EMBEDDING_BACKEND = env("EMBEDDING_BACKEND", "minilm-qint8")
+if EMBEDDING_BACKEND not in ("minilm-qint8", "minilm", "voyage"):
+    raise ImproperlyConfigured(f"EMBEDDING_BACKEND must be minilm-qint8, minilm or voyage, not {EMBEDDING_BACKEND!r}")
 # Cores MiniLM may use for one text. 1 suits a busy server (every core already serves a request);
 # 2 cuts a lone recall's embedding by about a third when a core is idle (docs/benchmarks.md).
 EMBEDDING_THREADS = max(1, env_int("EMBEDDING_THREADS", 1))

@@ -163,7 +163,7 @@ def store_fact(
     added_by=None,
     judge=None,
     usage=None,
-    vector=None,
+    vectors=None,
     claim=None,
     after=None,
     reason="",
@@ -179,7 +179,7 @@ def store_fact(
     hold that transaction (and its locks) open.
     """
     text = validation.normalise(text)
-    vector = validated_vector(text, kind, vector)
+    vector, _ = validated_vectors(text, kind, vectors)
     if judge is None:
         judge = backends.active_backend().verdicts
     live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
@@ -344,20 +344,24 @@ def is_unchanged(fact, text, kind):
     return validation.normalise(text) == fact.text and kind == fact.kind
 
 
-def validated_vector(text, kind, vector=None):
-    """The vector of a fact the validator accepts (it raises FactRejected otherwise).
+def validated_vectors(text, kind, vectors=None):
+    """(the vector to store, its MiniLM vector) of a fact the validator accepts; raises FactRejected otherwise.
 
-    One embedding serves both: the validator's learned check reads the same MiniLM vector. Pass
-    `vector` when the fact was embedded already (an extracted fact, embedded when its answer was read).
+    The validator's learned check reads unquantized MiniLM vectors: with that model active, one
+    pass serves both. Pass `vectors` when the fact was embedded already (an extracted fact,
+    embedded when its answer was read); either part may be None, and is then computed.
     """
+    vector, minilm = vectors or (None, None)
     problem = validation.shape_problem(text, kind)  # nothing is embedded for what is not a sentence
     if problem is None:
         vector = embeddings.embed(text) if vector is None else vector
-        minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else None
+        if minilm is None:
+            same = embeddings.model_name() == embeddings.MINILM_NAME
+            minilm = vector if same else embeddings.minilm_vector(text)
         problem = validation.fact_problem(text, kind, vector=minilm)
     if problem:
         raise FactRejected(problem)
-    return vector
+    return vector, minilm
 
 
 def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
@@ -366,7 +370,7 @@ def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER,
     `note` is added to the audit events (for an agent: which key).
     """
     text = validation.normalise(text)
-    vector = validated_vector(text, kind)
+    vector, _ = validated_vectors(text, kind)
     with transaction.atomic():
         if fact.scope == MemoryFact.Scope.ORG:
             lock_org(fact.org_id)
@@ -470,3 +474,26 @@ def set_memory_switch(user, enabled):
         )
         if not enabled:
             AgentSession.objects.for_user(user).open().update(memory=AgentSession.Memory.OFF, memory_block="")
+
+
+def reembed_facts(batch=256, progress=None):
+    """Give every fact whose vector is of another model (or missing) a vector of the active one; returns the count."""
+    model = embeddings.model_name()
+    stale = MemoryFact.objects.exclude(embedding_model=model).order_by("id")
+    total, done, last_id = stale.count(), 0, 0
+    while True:
+        rows = list(stale.filter(id__gt=last_id).values_list("id", "text")[:batch])
+        if not rows:
+            return done
+        last_id = rows[-1][0]
+        # Embedded outside any transaction; each row is then written only if its text is still the
+        # one embedded, so a correction made meanwhile never gets the old text's vector.
+        vectors = embeddings.embed_many([text for _, text in rows])
+        for (fact_id, text), vector in zip(rows, vectors, strict=True):
+            done += (
+                MemoryFact.objects.filter(id=fact_id, text=text)
+                .exclude(embedding_model=model)
+                .update(embedding=vector, embedding_model=model)
+            )
+        if progress:
+            progress(done, total)

@@ -91,19 +91,20 @@ def test_reworded_repeats_in_one_run_become_one_row(org, scripted):
     assert fact.confirmation_count == 2 and run.facts_proposed == 2
 
 
-def test_each_extracted_fact_is_embedded_once_for_its_check_and_its_row(org, scripted, monkeypatch):
-    """The validator's learned check and the stored row share one MiniLM pass per fact."""
+def test_each_extracted_fact_is_embedded_once_by_each_model(org, scripted, monkeypatch):
+    """The stored row's vector (the active model) and the validator's learned check (unquantized
+    MiniLM) each take one pass per fact; with one model for both, that one pass serves both."""
     from memoryapp import embeddings
 
-    model = embeddings.backend()
-    embedded = []
-    real = model.embed
+    embedded = {}
+    for model in {embeddings.backend(), embeddings.minilm()}:
+        real = model.embed
 
-    def counting(texts):
-        embedded.extend(texts)
-        return real(texts)
+        def counting(texts, real=real, name=model.name):
+            embedded.setdefault(name, []).extend(texts)
+            return real(texts)
 
-    monkeypatch.setattr(model, "embed", counting)
+        monkeypatch.setattr(model, "embed", counting)
     scripted.extract_answer = {
         "facts": [
             {"text": "The user's code editor is Neovim.", "kind": "profile"},
@@ -113,7 +114,9 @@ def test_each_extracted_fact_is_embedded_once_for_its_check_and_its_row(org, scr
     extraction.extract_session(ended_session(org, ("user", "Neovim, and keep it short.")).id)
     stored = sorted(MemoryFact.objects.values_list("text", flat=True))
     assert stored == ["The user prefers short answers.", "The user's code editor is Neovim."]
-    assert sorted(embedded) == stored  # was each fact twice: once to check it, once to store it
+    assert set(embedded) == {embeddings.model_name(), embeddings.MINILM_NAME}
+    for texts in embedded.values():
+        assert sorted(texts) == stored  # was each fact twice: once to check it, once to store it
 
 
 # --- the run record ------------------------------------------------------------------------

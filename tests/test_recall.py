@@ -1,8 +1,11 @@
 """The read path: two tiers under a budget, once per session, explainable, and never a stale fact."""
 
 from datetime import timedelta
+from io import StringIO
 
+import numpy as np
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -484,3 +487,50 @@ def test_the_recall_statement_is_planned_once_per_connection(org):
 
     # Three recalls for two people: every execution used the one generic plan, none was planned anew.
     assert _recall_plans() == (generic + 3, custom)
+
+
+# --- a change of embedding model ------------------------------------------------------------------
+
+
+def _old_model_fact(user, text):
+    vector = embeddings.embed_many([text], model=embeddings.minilm())[0]
+    return MemoryFact.objects.create(
+        user=user, text=text, kind="preference", embedding=vector, embedding_model=embeddings.MINILM_NAME
+    )
+
+
+def test_facts_of_another_embedding_model_are_found_by_similarity_again_after_reembed_facts(org):
+    alice = _user(org)
+    fact = _old_model_fact(alice, "The user's code editor is Neovim.")
+    question = embeddings.embed("Which editor should I set up?")
+    assert embeddings.model_name() != embeddings.MINILM_NAME
+    assert list(MemoryFact.objects.for_user(alice).live().nearest(question)) == []  # never compared across models
+
+    out = StringIO()
+    call_command("reembed_facts", stdout=out)
+
+    assert list(MemoryFact.objects.for_user(alice).live().nearest(question)) == [fact]
+    fact.refresh_from_db()
+    assert fact.embedding_model == embeddings.model_name()
+    assert "1 fact re-embedded" in out.getvalue()
+    call_command("reembed_facts", stdout=(again := StringIO()))
+    assert "0 facts re-embedded" in again.getvalue()
+
+
+def test_a_fact_corrected_while_it_is_being_reembedded_keeps_no_vector_of_its_old_text(org, monkeypatch):
+    alice = _user(org)
+    fact = _old_model_fact(alice, "The user lives in Lisbon.")
+    embed_many = embeddings.embed_many
+
+    def correction_meanwhile(texts, *args, **kwargs):
+        MemoryFact.objects.filter(id=fact.id).update(text="The user lives in Porto.")
+        return embed_many(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embeddings, "embed_many", correction_meanwhile)
+    assert writing.reembed_facts() == 0
+    fact.refresh_from_db()
+    assert fact.embedding_model == embeddings.MINILM_NAME  # left for the next run, which embeds "Porto"
+    monkeypatch.setattr(embeddings, "embed_many", embed_many)
+    assert writing.reembed_facts() == 1
+    fact.refresh_from_db()
+    assert float(np.array(fact.embedding, dtype=np.float32) @ embeddings.embed("The user lives in Porto.")) > 0.999

@@ -273,13 +273,13 @@ def vectors(texts):
     texts = list(texts)
     if not texts:
         return np.zeros((0, 384), np.float32)
-    name = embeddings.model_name()
-    found = {t: _cache.get((name, t)) for t in dict.fromkeys(texts)}
+    found = {t: _cache.get(t) for t in dict.fromkeys(texts)}
     missing = [t for t, v in found.items() if v is None]
     if missing:
-        for t, v in zip(missing, embeddings.embed_many(missing), strict=True):
+        # Its weights were trained on the unquantized MiniLM, whichever model stores the facts.
+        for t, v in zip(missing, embeddings.embed_many(missing, model=embeddings.minilm()), strict=True):
             found[t] = v
             if len(_cache) >= _CACHE_SIZE:
                 _cache.pop(next(iter(_cache)), None)
-            _cache[(name, t)] = v
+            _cache[t] = v
     return np.stack([found[t] for t in texts])
