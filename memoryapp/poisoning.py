@@ -23,8 +23,8 @@ SIMILARITY_FLOOR = 0.4
 STRONG_SIMILARITY = 0.6
 PATTERN_LIMIT = 200  # facts the validator refuses, taken per audit
 # The newest live facts the audit runs the validator over. The checks are Python (no SQL form), so
-# the scan is bounded. The learned check reads each fact's stored MiniLM vector, so it needs no model
-# pass (a fact embedded by another model costs one).
+# the scan is bounded. The learned check reads each fact's stored MiniLM vector (either variant), so
+# it needs no model pass (a fact embedded by another model costs one).
 SCAN_LIMIT = 20_000
 REASON_MAX = 300
 
@@ -55,8 +55,14 @@ class Flagged:
 
 
 def _minilm_vector(vector, model):
-    """A stored vector the validator's learned check can read, or None (it then embeds the text itself)."""
-    return vector if model == embeddings.MINILM_NAME else None
+    """A stored vector the validator's learned check can read, or None (it then embeds the text itself).
+
+    The audit reads the quantized MiniLM's stored vectors too, where the write path embeds each fact
+    with the unquantized model: on the poisoning corpus's 7,654 lines, reading quantized vectors
+    blocks 4 attacks fewer and refuses 1 benign fact more (docs/security.md), and a model pass for
+    each of 20,000 facts on every view is not an option.
+    """
+    return vector if model in (embeddings.MINILM_NAME, embeddings.QINT8_NAME) else None
 
 
 def matching_patterns(text, kind="profile", vector=None):

@@ -330,6 +330,20 @@ def test_poisoned_fact_is_at_the_top_of_the_audit(staff_client, org, scripted, s
     assert "validator refuses it" in page
 
 
+def test_the_audit_reads_the_stored_vectors_instead_of_embedding_every_fact_again(org, monkeypatch):
+    victim = sessions.get_or_create_user(org, "ivan")
+    poison = _plant_poison(victim)
+    for i in range(5):
+        writing.store_fact(victim, f"The user has visited {i + 2} countries.", "profile")
+    unquantized = embeddings.minilm()
+    embedded = []
+    real = unquantized.embed
+    monkeypatch.setattr(unquantized, "embed", lambda texts: embedded.extend(texts) or real(texts))
+    flagged = poisoning.audit()
+    assert flagged[0].fact.id == poison.id and flagged[0].matched
+    assert embedded == []  # the quantized model's stored vectors serve the learned check
+
+
 def test_the_audit_finds_what_the_current_validator_refuses_not_an_old_phrase_list(staff_client, org):
     """A rewording no phrase list knew, planted past the validator, is found by the validator itself."""
     victim = sessions.get_or_create_user(org, "ivan")
