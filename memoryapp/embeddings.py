@@ -179,6 +179,7 @@ class Voyage:
         return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
+_BACKENDS = {"minilm": MiniLM, "minilm-qint8": QuantizedMiniLM, "voyage": Voyage}  # EMBEDDING_BACKEND
 _backend = None
 _lock = threading.Lock()
 
@@ -191,9 +192,6 @@ def backend():
             if _backend is None:
                 _backend = _BACKENDS[settings.EMBEDDING_BACKEND]()
     return _backend
-
-
-_BACKENDS = {"minilm": MiniLM, "minilm-qint8": QuantizedMiniLM, "voyage": Voyage}
 
 
 @functools.cache

@@ -83,7 +83,7 @@ def test_agent_paths_filter_every_per_user_statement_by_the_user(api, scripted, 
     paths["extraction"] = ctx.captured_queries
     with CaptureQueriesContext(connection) as ctx:
         with transaction.atomic():
-            writing.store_fact(user, "The user writes Go.", "profile", vector=vector)
+            writing.store_fact(user, "The user writes Go.", "profile", vectors=(vector, None))
     paths["store fact"] = ctx.captured_queries
     fresh = sessions.open_session(org, user)
     fresh = AgentSession.objects.select_related("user__memory_settings", "org").get(id=fresh.id)
