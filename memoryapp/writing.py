@@ -480,12 +480,12 @@ def reembed_facts(batch=256, progress=None):
     """Give every fact whose vector is of another model (or missing) a vector of the active one; returns the count."""
     model = embeddings.model_name()
     stale = MemoryFact.objects.exclude(embedding_model=model).order_by("id")
-    total, done, last_id = stale.count(), 0, 0
+    total, done, rows = stale.count(), 0, []
     while True:
-        rows = list(stale.filter(id__gt=last_id).values_list("id", "text")[:batch])
+        after = stale.filter(id__gt=rows[-1][0]) if rows else stale  # keyset paging by id
+        rows = list(after.values_list("id", "text")[:batch])
         if not rows:
             return done
-        last_id = rows[-1][0]
         # Embedded outside any transaction; each row is then written only if its text is still the
         # one embedded, so a correction made meanwhile never gets the old text's vector.
         vectors = embeddings.embed_many([text for _, text in rows])

@@ -116,8 +116,9 @@ def clauses(sentence):
         if speaker and _past_tense(first):
             part = f"{speaker} {part}"
         speaker = "I" if re.match(r"i\b", part, re.IGNORECASE) else None
-        while True:
-            stripped = _TRAILING_FILLER.sub("", _HOW_I_AM.sub("", _FILLER.sub("", part)).strip()).strip().rstrip(".!,")
+        while True:  # until nothing more comes off: "oh, I'm good, thanks, btw" takes three rounds
+            stripped = _HOW_I_AM.sub("", _FILLER.sub("", part)).strip()
+            stripped = _TRAILING_FILLER.sub("", stripped).strip().rstrip(".!,")
             if stripped == part:
                 break
             part = stripped
