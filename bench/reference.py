@@ -1,10 +1,12 @@
 """An exact reference for recall, written from the specification and sharing no code with memoryapp.recall.
 
 The vector side is plain numpy cosine. The text side is a Python re-statement of what PostgreSQL does
-for `to_tsvector('english', text) @@ to_tsquery('english', 'w1 | w2 | ...')` ranked by `ts_rank_cd`:
-words are lower-cased, English stop words dropped, the rest reduced by the Snowball English stemmer,
-and with default weights (every lexeme in weight class D = 0.1) and an OR query every occurrence of a
-query lexeme is a cover of length one worth 0.1, so the rank is 0.1 x the number of such occurrences.
+for `to_tsvector('english', text) @@ to_tsquery('english', 'w1 | w2 | ...')` ranked by `ts_rank`:
+words are lower-cased, English stop words dropped, the rest reduced by the Snowball English stemmer.
+For an OR query with default weights (every lexeme in weight class D = 0.1), PostgreSQL's
+`calc_rank_or` (src/backend/utils/adt/tsrank.c) scores each query lexeme found in the text as
+0.1 x (1 + 1/2² + … + 1/n²) for its n occurrences, divides that by π²/6 (the series' limit), and
+divides the sum by the number of distinct lexemes in the query.
 PostgreSQL's parser knows more token types (hyphenated compounds, e-mail addresses, numbers with
 dots), so the text side can differ in rare cases: its agreement is measured, not assumed.
 The fusion is reciprocal rank fusion as defined by Cormack, Clarke and Buettcher (SIGIR 2009):
@@ -12,12 +14,14 @@ score(d) = sum over rankings of 1 / (k + rank(d)), with k = 60 as in the paper.
 """
 
 import re
+from collections import Counter
 
 import numpy as np
 import snowballstemmer
 
 RRF_K_FROM_PAPER = 60  # Cormack et al. 2009, section 2: "k = 60 was fixed during a pilot investigation"
-COVER_WEIGHT_D = 0.1  # PostgreSQL's default weight for lexemes of class D (all of ours)
+WEIGHT_D = 0.1  # PostgreSQL's default weight for lexemes of class D (all of ours)
+ZETA_2 = 1.64493406685  # π²/6, the limit of the sum of 1/i², as tsrank.c writes it
 MAX_QUERY_WORDS = 64  # the API documents that only the message's first 64 words are searched
 
 # PostgreSQL's share/tsearch_data/english.stop (the Snowball English stop list), written out here.
@@ -46,8 +50,10 @@ def query_lexemes(message):
 
 
 def text_rank(text, query):
-    """Cover-density rank of `text` for an OR query of lexemes: 0.1 per occurrence of a query lexeme."""
-    return COVER_WEIGHT_D * sum(1 for lexeme in lexemes(text) if lexeme in query)
+    """ts_rank of `text` for an OR query of lexemes (the formula in the module's docstring)."""
+    found = Counter(lexeme for lexeme in lexemes(text) if lexeme in query)
+    per_lexeme = (WEIGHT_D * sum(1 / j**2 for j in range(1, n + 1)) / ZETA_2 for n in found.values())
+    return sum(per_lexeme) / len(query) if query else 0.0
 
 
 def vector_ranking(vectors, message_vector, candidates, ids, floor):

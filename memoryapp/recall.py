@@ -56,12 +56,15 @@ _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
 # Tier 2 is hybrid: facts above the similarity floor ranked by exact cosine, and facts sharing words
 # with the message ranked by full-text rank, fused by reciprocal rank (k = RRF_K). On LoCoMo this
 # beats pure vector recall (recall@10 63.0 vs 60.1; BM25 52.2): see docs/benchmarks.md.
+# Why ts_rank, not ts_rank_cd: on facts a sentence long they order matches the same way (a word met
+# twice is the only difference), but cover density builds and sorts a position list per row, which
+# put a long message's select at 1.4x the p95 of ts_rank's (docs/benchmarks.md, fifth round).
 RRF_K = 60
 _HYBRID = """{name}_by_vector AS (
     SELECT id, distance, row_number() OVER (ORDER BY distance, id) AS r FROM {name}_pool
     WHERE distance <= %(max_distance)s
 ), {name}_by_words AS (
-    SELECT p.id, p.distance, row_number() OVER (ORDER BY ts_rank_cd(p.search_vector, q) DESC, p.id) AS r
+    SELECT p.id, p.distance, row_number() OVER (ORDER BY ts_rank(p.search_vector, q) DESC, p.id) AS r
     FROM {name}_pool p, to_tsquery('english', %(words)s) AS q WHERE p.search_vector @@ q
 ), {name}_fused AS (
     SELECT id, min(distance) AS distance, sum(1.0 / (%(rrf)s + r)) AS rrf

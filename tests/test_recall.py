@@ -460,6 +460,16 @@ def test_tier_two_is_hybrid_a_shared_word_recalls_a_fact_the_vectors_miss(org, s
     assert recall.select(alice, "What is a monad?") == []
 
 
+def test_words_rank_a_fact_matching_more_of_the_message_above_one_repeating_a_word(org, settings):
+    """The text side ranks by ts_rank: two of the message's words beat one word said three times."""
+    settings.MEMORY = {**settings.MEMORY, "RECALL_FLOOR": "0.999"}  # the vector side shut off
+    alice = _user(org)
+    repeats = _fact(alice, "The user grows tomatoes, cans tomatoes and gives tomatoes away.", "preference")
+    both = _fact(alice, "The user will plant tomatoes in spring.", "preference")
+    chosen = recall.select(alice, "When should I plant my tomatoes this year?")
+    assert [s.fact.id for s in chosen] == [both.id, repeats.id]
+
+
 def test_message_words_cannot_inject_tsquery_syntax():
     assert recall.message_words("a & b | !c <-> d:* 'x' (tomatoes)") == "tomatoes"
     assert recall.message_words("") == ""
