@@ -58,7 +58,7 @@ _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
 # beats pure vector recall (recall@10 63.0 vs 60.1; BM25 52.2): see docs/benchmarks.md.
 # Why ts_rank, not ts_rank_cd: on facts a sentence long they order matches the same way (a word met
 # twice is the only difference), but cover density builds and sorts a position list per row, which
-# put a long message's select at 1.4x the p95 of ts_rank's (docs/benchmarks.md, fifth round).
+# added 2 ms to the select's p95, from long messages (9.2 vs 7.2; docs/benchmarks.md, fifth round).
 RRF_K = 60
 _HYBRID = """{name}_by_vector AS (
     SELECT id, distance, row_number() OVER (ORDER BY distance, id) AS r FROM {name}_pool
