@@ -40,22 +40,32 @@ def kind_of(sentence):
     return "profile"
 
 
-def persona_facts(datasets=DEFAULT_DATASETS, limit=None):
-    """Unique third-person facts [(text, kind)] from every MSC persona, in a stable order."""
+def persona_facts(datasets=DEFAULT_DATASETS, limit=None, progress=None):
+    """Unique third-person facts [(text, kind)] from every MSC persona, in a stable order.
+
+    `progress` is a factory `(label, total)` like `bench.common.Progress`: rewriting runs the write
+    path's validator (a MiniLM pass) on each of ~65,000 sentences, minutes on a small machine."""
     path = Path(datasets) / PERSONAS
     data = json.loads(path.read_text())
+    sentences = [
+        sentence
+        for split in ("train", "valid", "test")
+        for persona in data.get(split, [])
+        for speaker in ("Speaker 1", "Speaker 2")
+        for sentence in persona.get(speaker, [])
+    ]
+    shown = progress("persona sentences rewritten and validated", len(sentences)) if progress else None
     seen, facts = set(), []
-    for split in ("train", "valid", "test"):
-        for persona in data.get(split, []):
-            for speaker in ("Speaker 1", "Speaker 2"):
-                for sentence in persona.get(speaker, []):
-                    text = third_person(sentence)
-                    if text is None or text.casefold() in seen:
-                        continue
-                    seen.add(text.casefold())
-                    facts.append((text, kind_of(text)))
-                    if limit and len(facts) >= limit:
-                        return facts
+    for sentence in sentences:
+        if shown:
+            shown.advance()
+        text = third_person(sentence)
+        if text is None or text.casefold() in seen:
+            continue
+        seen.add(text.casefold())
+        facts.append((text, kind_of(text)))
+        if limit and len(facts) >= limit:
+            return facts
     return facts
 
 

@@ -23,8 +23,8 @@ from django.core.management import call_command
 from django.db import connections
 from pgvector.psycopg import register_vector
 
+from bench import common, reference
 from bench import data as benchdata
-from bench import reference
 from memoryapp import clock, db, embeddings, recall
 from memoryapp.models import AgentSession, Membership, MemoryFact, MemorySettings, Organization
 
@@ -158,7 +158,10 @@ def _pool_vectors(texts, progress, batch=256):
 
 def make_dataset(config, progress):
     """Deterministic users: `facts` distinct persona sentences each, some superseded or expired."""
-    pool = benchdata.generated_facts(config.pool) if config.smoke else benchdata.persona_facts(config.datasets)
+    if config.smoke:
+        pool = benchdata.generated_facts(config.pool)
+    else:
+        pool = benchdata.persona_facts(config.datasets, progress=common.Progress)
     if config.facts > len(pool):
         raise BenchError(f"--facts {config.facts} is more than the {len(pool)} unique persona sentences")
     texts = [t for t, _ in pool]

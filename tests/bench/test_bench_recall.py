@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
 
+from bench import common as benchcommon
 from bench import data as benchdata
 from bench import recall as recallbench
 from memoryapp.models import AgentSession, MemoryFact
@@ -70,6 +71,27 @@ def test_persona_sentences_are_told_in_the_third_person_with_kinds_by_rule():
     assert benchdata.kind_of("The user wants to climb Everest.") == "goal"
     assert benchdata.kind_of("The user loves jazz.") == "preference"
     assert benchdata.kind_of("The user works as a nurse.") == "profile"
+
+
+def test_reading_the_personas_reports_progress_over_every_sentence(tmp_path):
+    # A personas file shaped like MSC's (written here: tests never read ../shared), with a repeat
+    # and a sentence that is not about the speaker.
+    folder = tmp_path / "locomo"
+    folder.mkdir()
+    personas = {
+        "train": [{"Speaker 1": ["I have two dogs.", "The sky is blue."], "Speaker 2": ["I love jazz."]}],
+        "valid": [{"Speaker 1": ["i have two dogs."], "Speaker 2": []}],
+        "test": [{"Speaker 1": ["I work as a nurse."]}],
+    }
+    (folder / "msc_personas_all.json").write_text(json.dumps(personas))
+    lines = StringIO()
+
+    facts = benchdata.persona_facts(tmp_path, progress=lambda label, n: benchcommon.Progress(label, n, lines, every=0))
+
+    texts = [text for text, _ in facts]
+    assert texts == ["The user has two dogs.", "The user loves jazz.", "The user works as a nurse."]
+    shown = lines.getvalue().splitlines()
+    assert shown and shown[-1].startswith("persona sentences rewritten and validated: 5/5")
 
 
 def test_the_exact_reference_is_the_documented_selection():
