@@ -38,7 +38,15 @@ def test_calibrate_embeddings_smoke_prints_distributions_and_floors(tmp_path):
 def test_shipped_floors_are_the_calibrated_ones():
     dev_pairs = ve.read_pairs(split="valid")
     report = calibration.calibrate(calibration.load_set(), dev_pairs)
-    assert embeddings.FLOORS[embeddings.MINILM_NAME] == report["floors"]
+    shipped = embeddings.FLOORS[embeddings.MINILM_NAME]
+    assert set(shipped) == set(report["floors"])
+    # The calibration embeds with the int8 model, whose kernels differ by CPU (AVX-512 VNNI on the
+    # Xeons the floors were chosen on, AVX2 on an AMD EPYC), and its set is small (42 messages, 70
+    # pairs), so a floor can land one 0.05 step away: on the EPYC the pairs' 5th percentile is
+    # 0.5047 (neighbour 0.50, not 0.45) and Youden's J ties at 0.05 and 0.15. More than a step away
+    # means the shipped floors no longer come from the calibration.
+    for name, floor in shipped.items():
+        assert abs(floor - report["floors"][name]) <= 0.05 + 1e-9, (name, floor, report["floors"])
     # the change floor's last step down is the one that caught too few stale values per wrong one
     last = report["change"]["steps"][-1]
     assert last["from"] == report["floors"]["change"]
