@@ -4,11 +4,9 @@ import json
 import re
 from pathlib import Path
 
-from django.conf import settings
-
+from bench.common import DEFAULT_DATASETS
 from memoryapp.backends.phrasing import third_person  # the one rewriter
 
-DEFAULT_DATASETS = Path(settings.BASE_DIR).parent / "shared" / "datasets"
 PERSONAS = "locomo/msc_personas_all.json"
 CONVERSATIONS = "locomo/locomo10.json"
 
