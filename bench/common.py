@@ -58,6 +58,18 @@ def machine():
     }
 
 
+def migrate_first(stream):
+    """Bring the database's tables up to date, as `make run` does: a fresh clone's database has none yet."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        stream.write("applying the app's migrations to the database first…")
+        call_command("migrate", verbosity=0)
+
+
 def write_json(path, payload):
     """Write a benchmark's results (plus the machine) as indented JSON."""
     if not path:

@@ -48,6 +48,11 @@ GENERATED = Path(__file__).resolve().parent.parent / "evals" / "generated" / "co
 # by hand: the hard cases ConvAI2's pairs lack (evals/generated/README.md).
 JUDGED = GENERATED.with_name("locomo_judged_pairs.jsonl")
 JUDGED_SPLITS = ("dev", "test")  # dev chose the verdict guards, test reports them
+# The pairs of GENERATED labelled again by hand, by two annotators who saw neither the derived label
+# nor a verdict, disagreements settled by a third: the derivation calls two facts that share a
+# Dialogue NLI triple DUPLICATE, and a triple is a topic ("likes candy"), not a fact. `valid` rows
+# choose the verdict guards, `test` rows report them.
+RELABELLED = GENERATED.with_name("convai2_verdict_pairs_relabelled.jsonl")
 _OBJ_STOP = {"a", "an", "the", "of", "in", "to", "and", "my", "i", "is"}
 
 

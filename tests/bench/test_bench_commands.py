@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from bench import common as benchmarks
 from bench import loadgen
 from evals import judge
 from evals import locomo as lb
@@ -247,3 +248,23 @@ def test_python_load_generator_counts_requests_and_errors(live_server):
     assert ok["requests"] > 0 and ok["errors"] == 0 and ok["p50"] <= ok["p99"]
     missing = loadgen.run(live_server.url + "/no-such-page", clients=1, seconds=0.3)
     assert missing["requests"] == 0 and missing["errors"] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_benchmark_on_a_database_without_tables_migrates_it_first():
+    """A stranger's first `manage.py bench_pages` (or eval_scenarios) meets a database `make run` never
+    migrated: the command applies the migrations instead of failing on a missing table."""
+    from django.db import connection
+
+    call_command("migrate", "sessions", "zero", verbosity=0)
+    try:
+        assert "django_session" not in connection.introspection.table_names()
+        err = io.StringIO()
+        benchmarks.migrate_first(err)
+        assert "django_session" in connection.introspection.table_names()
+        assert "applying the app's migrations" in err.getvalue()
+        err = io.StringIO()
+        benchmarks.migrate_first(err)  # nothing left to apply: says nothing
+        assert err.getvalue() == ""
+    finally:
+        call_command("migrate", verbosity=0)

@@ -120,9 +120,27 @@ def test_bench_verdicts_smoke_prints_matrices_and_writes_json(tmp_path):
     assert data["floor"] == embeddings.floor("neighbour")
     assert data["decode"]["rct"]["classifier"]["false_contradicts_rate"] is not None
     assert data["decode"]["human_bot"]["with_floor"]["accuracy"] is not None
+    relabelled = data["pairs"]["test, labelled by hand"]["classifier"]
+    assert relabelled["n"] == 12 and "ConvAI2 pairs (test, labelled by hand)" in out
+    assert data["pairs"]["valid, labelled by hand"]["classifier"]["n"] == 12
     judged = data["judged"]["test"]
     assert "Pairs the write path judged on LoCoMo" in out
     assert judged["pairs_labelled"] == 12 and judged["n"] > 12  # each row stands for its stratum's share
+
+
+def test_the_relabelled_test_pairs_follow_their_rule():
+    """The derived pairs, each labelled by two annotators; where they disagree, a third decides."""
+    rows = ve.read_pairs(ve.RELABELLED)
+    derived = {(r["old"], r["new"]): r["label"] for r in ve.read_pairs()}
+    assert len(rows) == len(derived) and {(r["old"], r["new"]) for r in rows} == set(derived)
+    for r in rows:
+        assert r["derived_label"] == derived[(r["old"], r["new"])] and r["split"] in ve.SPLITS
+        a, b = r["annotators"]["A"], r["annotators"]["B"]
+        assert {a, b, r["label"]} <= set(ve.LABELS)
+        assert r["label"] == (a if a == b else r["adjudicator"])
+    # The derivation's labels are a topic, not a fact: most of its DUPLICATE pairs are no duplicates.
+    kept = sum(r["label"] == "DUPLICATE" for r in rows if r["derived_label"] == "DUPLICATE")
+    assert kept < sum(r["derived_label"] == "DUPLICATE" for r in rows) / 2
 
 
 def test_the_judged_pairs_are_labelled_strata_of_one_run():
@@ -152,7 +170,7 @@ def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path)
     run("bench_verdicts", "--datasets", str(TINY), "--pairs", str(pairs), "--decode-limit", "4", "--json", str(path))
     assert pairs.read_bytes() == before and ve.GENERATED.read_bytes() == committed
     scored = json.loads(path.read_text())["pairs"]
-    assert {split: s["classifier"]["n"] for split, s in scored.items()} == {
+    assert {split: scored[split]["classifier"]["n"] for split in ve.SPLITS} == {
         split: sum(r["split"] == split for r in rows) for split in ve.SPLITS
     }
 

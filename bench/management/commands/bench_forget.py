@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from bench import common as benchmarks
 from memoryapp import clock, db
 from memoryapp.forgetting import NEVER_RECALLED
 from memoryapp.models import AgentSession, MemoryFact, Organization, RecallLog
@@ -37,6 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_file", metavar="FILE")
 
     def handle(self, *args, facts, smoke, mode, batch, keep, json_file, **options):
+        benchmarks.migrate_first(self.stderr)
         n = 2_000 if smoke else facts
         if MemoryFact.objects.exclude(org__slug=BENCH_ORG).exclude(user__username__startswith="bench-forget-").exists():
             raise CommandError(

@@ -31,6 +31,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **o):
+        benchmarks.migrate_first(self.stderr)
         if o["smoke"]:
             o.update(facts=20, clients="1,2", seconds=1)
         load_start = os.getloadavg()

@@ -21,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_file", metavar="FILE")
 
     def handle(self, *args, stall, rounds, json_file, **options):
+        common.migrate_first(self.stderr)
         if Organization.objects.filter(slug=stall_bench.BENCH_ORG).exists():
             raise CommandError(f"an organisation '{stall_bench.BENCH_ORG}' exists already; remove it first")
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()

@@ -25,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--smoke", action="store_true", help="a few sessions, finishes in seconds")
 
     def handle(self, *args, **o):
+        benchmarks.migrate_first(self.stderr)
         if o["smoke"]:
             o.update(users=3, sessions=6, latency_sessions=3, facts=20)
 

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from bench import common as benchmarks
 from bench import loadtest
 
 
@@ -28,6 +29,7 @@ class Command(BaseCommand):
             opts.update(agents=4, sessions=3, workers=1, web=1, timeout=min(opts["timeout"], 300))
         if opts["agents"] < 1 or opts["sessions"] < 1 or opts["workers"] < 1 or opts["web"] < 1:
             raise CommandError("--agents, --sessions, --workers and --web must be at least 1")
+        benchmarks.migrate_first(self.stderr)
         report = loadtest.run(
             agents=opts["agents"],
             sessions_per_agent=opts["sessions"],

@@ -59,6 +59,7 @@ class Command(BaseCommand):
         if unknown:
             raise CommandError(f"unknown variant(s) {unknown}; choose from {list(lb.VARIANTS)}")
         variants = {v: lb.VARIANTS[v] for v in names}
+        benchmarks.migrate_first(self.stderr)
         started = time.monotonic()
         err = self.stderr
         if o["pipeline"]:

@@ -64,8 +64,11 @@ class Command(BaseCommand):
         human_bot = ve.read_decode(decode / "human-bot.jsonl", decode_limit)
         rct = ve.read_decode(decode / "rct.jsonl", decode_limit)
 
+        relabelled = ve.read_pairs(ve.RELABELLED)
+        if o["smoke"]:
+            relabelled = [r for split in ve.SPLITS for r in ve.read_pairs(ve.RELABELLED, split)[:12]]
         embedder = ve.Embedder()
-        texts = {r["old"] for r in rows} | {r["new"] for r in rows}
+        texts = {r["old"] for r in rows + relabelled} | {r["new"] for r in rows + relabelled}
         for items in (human_bot, rct):
             for history, last, _ in items:
                 texts.update(history)
@@ -82,6 +85,9 @@ class Command(BaseCommand):
         for split in ve.SPLITS:
             split_rows = [r for r in rows if r["split"] == split]
             results["pairs"][split] = ve.score_pairs(split_rows, embedder, floor_of)
+        for split in ve.SPLITS:
+            hand = [r for r in relabelled if r["split"] == split]
+            results["pairs"][f"{split}, labelled by hand"] = ve.score_pairs(hand, embedder, floor_of)
         judged, limit = ve.read_pairs(ve.JUDGED), 12 if o["smoke"] else None
         self.stderr.write(f"scoring the hand-labelled pairs in {ve.JUDGED.name}…")
         results["judged"] = {
@@ -107,7 +113,7 @@ class Command(BaseCommand):
                     if variant == "classifier"
                     else f"neighbour floor {r['floor']} ({r['change_floor']} for a change) + classify"
                 )
-                w(f"\nConvAI2 pairs, {split} split: {title} (rows gold, columns predicted)\n")
+                w(f"\nConvAI2 pairs ({split}): {title} (rows gold, columns predicted)\n")
                 rows = [[g] + [c["matrix"][g][p] for p in ve.LABELS] + [c["per_label"][g]["f1"]] for g in ve.LABELS]
                 w(benchmarks.table(["gold \\ predicted", *ve.LABELS, "F1"], rows) + "\n")
                 w(f"macro-F1 {c['macro_f1']}  accuracy {c['accuracy']}  n={c['n']}\n")

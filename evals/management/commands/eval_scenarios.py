@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from bench import common as benchmarks
 from evals import harness as evaluation
 
 
@@ -30,6 +31,7 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(missing)
 
+        benchmarks.migrate_first(self.stderr)
         report = evaluation.run_all(scenarios, backend=backend, broken=broken)
         for line in evaluation.format_failures(report):
             self.stdout.write(line)
