@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_DATASETS = BASE_DIR.parent / "shared" / "datasets"
@@ -60,10 +63,6 @@ def machine():
 
 def migrate_first(stream):
     """Bring the database's tables up to date, as `make run` does: a fresh clone's database has none yet."""
-    from django.core.management import call_command
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
     executor = MigrationExecutor(connection)
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):
         stream.write("applying the app's migrations to the database first…")
