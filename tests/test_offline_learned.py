@@ -672,3 +672,28 @@ def test_a_passing_or_cut_short_statement_is_no_fact_and_its_near_miss_is(said, 
     """Rules chosen on the dev utterances of the hand-labelled gold (docs/benchmarks.md, round 17)."""
     assert not_written not in [f["text"] for f in offline.extract_facts(said)]
     assert offline.extract_facts(kept), kept
+
+
+def test_replacing_one_tool_with_another_is_a_switch():
+    (fact,) = offline.extract_facts("Quick update: we replaced Redis with Valkey for caching last month.")
+    assert fact == {
+        "text": "The user's team now uses Valkey for caching instead of Redis.",
+        "kind": "profile",
+        "scope": "personal",
+    }
+    (mine,) = offline.extract_facts("I replaced my old laptop with a MacBook.")
+    assert mine["text"] == "The user now uses a MacBook instead of their old laptop."
+    # "with a new one" names nothing: not a switch to remember as one.
+    assert all("now uses" not in f["text"] for f in offline.extract_facts("I replaced the battery with a new one."))
+
+
+@pytest.mark.parametrize(
+    "old,verdict",
+    [
+        ("The user's team uses Postgres and Redis.", "CONTRADICTS"),  # it names what it replaced
+        ("The user's team uses Postgres for everything.", "INDEPENDENT"),  # another tool of theirs
+        ("The user's team is on-prem, contractually.", "INDEPENDENT"),  # "on-prem" is no "is on <tool>"
+    ],
+)
+def test_a_switch_that_names_what_it_replaced_replaces_only_that(old, verdict):
+    assert offline.classify(old, "The user's team now uses Valkey for caching instead of Redis.") == verdict

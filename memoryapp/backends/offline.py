@@ -117,6 +117,13 @@ _SWITCHED = re.compile(
     r"(?:from (?P<old>.+?) )?to (?P<new>.+)$",
     re.IGNORECASE,
 )
+# "We replaced Redis with Valkey for caching": the same switch, worded from the old value.
+_REPLACED = re.compile(
+    r"^(i|we) (?:have |'ve |just |recently )?replaced (?P<old>.+?) with "
+    r"(?P<new>(?!(?:an? |the )?(?:new |other |different )?(?:one|ones|it|them|that|this)\b).+)$",
+    re.IGNORECASE,
+)
+_MY = re.compile(r"\b(?:my|our)\b", re.IGNORECASE)
 _TRAILING_TIME = re.compile(
     r"\s+(last|this|a few|two|three) (week|month|year|weeks|months|years|days)( ago)?$"
     r"|\s+(recently|yesterday|lately|a while ago)$",
@@ -303,11 +310,11 @@ def _phrase(stated):
     moved = _MOVED.match(re.sub(r"^I\b", "i", stated))
     if moved:
         return _finish(f"The user lives in {moved['place']}")
-    switched = _SWITCHED.match(stated)
+    switched = _SWITCHED.match(stated) or _REPLACED.match(stated)
     if switched:
         who = "The user's team" if switched[1].lower() == "we" else "The user"
         new = _TRAILING_TIME.sub("", switched["new"]).strip()
-        old = f" instead of {switched['old']}" if switched["old"] else ""
+        old = f" instead of {_MY.sub('their', switched['old'])}" if switched["old"] else ""
         return _finish(f"{who} now uses {new}{old}")
     return third_person(stated)
 
@@ -351,7 +358,7 @@ def extract_facts(text):
             if fact and not _POINTS_BACK.search(fact) and not _says_nothing(fact):
                 if _CONSTRAINT_CUE.search(stated):
                     kind = "constraint"
-                elif _SWITCHED.match(stated):
+                elif _SWITCHED.match(stated) or _REPLACED.match(stated):
                     kind = "profile"  # what the user now uses, not a rule the assistant must keep
                 found.append((fact, kind, "personal"))
     facts, seen = [], set()
@@ -478,6 +485,7 @@ _CHANGED = re.compile(
     r"promoted)\b",
     re.IGNORECASE,
 )
+_INSTEAD_OF = re.compile(r"\binstead of (.+?)\.?$", re.IGNORECASE)
 _STILL = re.compile(r"\b(still|as always|again)\b", re.IGNORECASE)
 _CONTENT_STOP = set(
     "the a an of to in on at for and or is are was be user user's team team's their does do have has".split()
@@ -485,7 +493,7 @@ _CONTENT_STOP = set(
 
 
 # Ways of saying "uses" a tool, so "is on Postgres" and "now uses PlanetScale" share a frame.
-_USES = re.compile(r"\b(?:(?:is|are|am|runs?|running|relies|rely) on|uses|using)\b")
+_USES = re.compile(r"\b(?:(?:is|are|am|runs?|running|relies|rely) on(?!-)|uses|using)\b")  # not "is on-prem"
 
 
 def _content(text):
@@ -555,8 +563,18 @@ def _rule(old, new):
     if _STILL.search(new) and not _STILL.search(old) and overlap >= 0.8 and not _names_differ(old, new):
         return "DUPLICATE"  # "is training for a marathon" / "is still training for that marathon"
     value = b - a - {_stem(w) for w in _CHANGED.findall(new.casefold())} - {"now", "instead", "longer"}
+    # A change that names what it replaced ("now uses Valkey instead of Redis") replaces only a fact
+    # that mentions it: not "uses Postgres", not "is on-prem".
+    instead = _INSTEAD_OF.search(new)
+    names_the_old = instead is None or bool(_content(instead[1]) & a)
     # A stored fact that was itself a change ("now uses MySQL") is replaced by a newer one naming another value.
-    if _CHANGED.search(new) and (not _CHANGED.search(old) or _names_differ(old, new)) and overlap >= 0.25 and value:
+    if (
+        _CHANGED.search(new)
+        and (not _CHANGED.search(old) or _names_differ(old, new))
+        and overlap >= 0.25
+        and value
+        and names_the_old
+    ):
         return "CONTRADICTS"  # "uses Postgres" / "now uses PlanetScale" (but not "lives in Berlin now")
     for wish in _ONE_VALUE_WISHES:
         was, now = wish.search(old), wish.search(new)

@@ -115,8 +115,8 @@ class Command(BaseCommand):
         return key
 
     def _fact(self, demo, needle, text, kind, session):
-        """The live fact the extractor made that mentions `needle`, or that fact written now."""
-        found = MemoryFact.objects.for_user(demo).live().filter(text__icontains=needle).first()
+        """The live fact the extractor made from `session` that mentions `needle`, or that fact written now."""
+        found = MemoryFact.objects.for_user(demo).live().filter(source_session=session, text__icontains=needle).first()
         if found is not None:
             return found
         return writing.store_fact(demo, text, kind, session=session, judge=_independent).fact
@@ -135,17 +135,16 @@ class Command(BaseCommand):
                 done.append(session)
             first, second, third, fourth = done
 
-            # A supersession chain: Redis (said in the second conversation) replaced by Valkey (the fourth).
-            old = self._fact(demo, "Redis", "The user's team uses Postgres and Redis.", "profile", second)
-            new = writing.store_fact(
-                demo,
-                "The user's team uses Postgres, and Valkey for caching.",
-                "profile",
-                session=fourth,
-                source_turns=[0],
-                judge=_independent,
-            ).fact
-            writing.supersede(old, new, reason="contradicts", actor=FactEvent.Actor.EXTRACTOR, session=fourth)
+            # A supersession chain: Redis (said in the second conversation) replaced by Valkey (the
+            # fourth). The offline verdicts link it themselves; where they did not, the demo does, from
+            # the extractor's own facts, so no second wording of either end is left live.
+            new = self._fact(
+                demo, "Valkey", "The user's team now uses Valkey for caching instead of Redis.", "profile", fourth
+            )
+            replaced = MemoryFact.objects.for_user(demo).filter(source_session=second, text__icontains="Redis")
+            if not replaced.filter(superseded_at__isnull=False).exists():
+                old = self._fact(demo, "Redis", "The user's team uses Postgres and Redis.", "profile", second)
+                writing.supersede(old, new, reason="contradicts", actor=FactEvent.Actor.EXTRACTOR, session=fourth)
 
             # A correction by the person: their own words replace what was extracted.
             answers = self._fact(
