@@ -118,8 +118,8 @@ def score(gold_rows, utterances, judgements=None, extract=offline.extract_facts)
 
     An utterance is predicted positive when the extractor writes at least one fact from it. Rows whose
     utterance is not in `utterances` (another copy of the datasets) are counted as missing, not scored.
-    `judgements` ({(key, fact): [right by each judge]}) give the share of written facts that are right; a fact nobody
-    has judged (the extractor changed since) is counted apart, never as right.
+    `judgements` ({(key, fact): [right by each judge]}) give the share of written facts that are
+    right; a fact nobody has judged (the extractor changed since) is counted apart, never as right.
     """
     judgements = judgements or {}
     result, examples = {}, {}
