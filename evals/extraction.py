@@ -51,18 +51,20 @@ def dataset_utterances(root):
     root = Path(root)
     out = {}
     for split in ("valid", "test"):
-        marks = {}  # utterance -> {annotation: carries a triple there}
-        for annotation in training.ANNOTATIONS:
-            path = training.convai_file(root, split, annotation)
-            if path.exists():
-                for episode in training.read_episodes(path):
-                    for text, triples in episode["turns"]:
-                        seen = marks.setdefault(text, {})
-                        seen[annotation] = seen.get(annotation, False) or bool(triples)
-        present = [a for a in training.ANNOTATIONS if training.convai_file(root, split, a).exists()]
-        if not present:
+        read = {
+            a: training.read_episodes(training.convai_file(root, split, a))
+            for a in training.ANNOTATIONS
+            if training.convai_file(root, split, a).exists()
+        }
+        if not read:
             continue
-        episodes = training.read_episodes(training.convai_file(root, split, present[0]))
+        marks = {}  # utterance -> {annotation: carries a triple there}
+        for annotation, episodes in read.items():
+            for episode in episodes:
+                for text, triples in episode["turns"]:
+                    seen = marks.setdefault(text, {})
+                    seen[annotation] = seen.get(annotation, False) or bool(triples)
+        episodes = next(iter(read.values()))  # the first annotation there is, as training reads them
         if split == "valid":  # only the dev episodes: the others train the fact model
             episodes = [e for i, e in enumerate(episodes) if training._bucket(str(i), "ep") < 15]
         for text in {text for episode in episodes for text, _ in episode["turns"]}:
