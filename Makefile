@@ -12,10 +12,12 @@ SECRET_KEY ?= $(shell scripts/secret_key)
 export SECRET_KEY
 
 # What runs (requirements.txt), then the tools for tests, lint and benchmarks on top.
-$(STAMP): requirements.txt
+# The Python client (clients/python) too: the README's agent examples import it from .venv/.
+$(STAMP): requirements.txt clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet -e ./clients/python
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
@@ -33,7 +35,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "Could not install chromium: browser tests will fail"; }
 
-# scripts/run migrates, collects static files, seeds the demo data and starts gunicorn, the worker and beat.
+# scripts/run migrates, collects static files, seeds the demo data and starts uvicorn, the worker and beat.
 run: install
 	scripts/run
 

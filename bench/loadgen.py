@@ -1,7 +1,9 @@
 """A small closed-loop HTTP load generator, run as its own process (no Django imported).
 
 Used by bench_pages when wrk is not installed. Each client is a thread with one keep-alive
-connection sending the next request as soon as the previous answer arrives. Prints one JSON line.
+connection sending the next request as soon as the previous answer arrives. Besides the latency it
+sees, it reads the server's own time from each answer's `Server-Timing: app;dur=<ms>` header
+(memoryapp.middleware.ServerTimingMiddleware). Prints one JSON line.
 
     python memoryapp/loadgen.py --url http://127.0.0.1:8000/healthz --clients 10 --seconds 5
 """
@@ -9,12 +11,15 @@ connection sending the next request as soon as the previous answer arrives. Prin
 import argparse
 import http.client
 import json
+import re
 import threading
 import time
 from urllib.parse import urlsplit
 
+SERVER_TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
 
-def client(url, method, body, headers, stop_at, latencies, errors):
+
+def client(url, method, body, headers, stop_at, latencies, errors, server_times):
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
@@ -25,6 +30,9 @@ def client(url, method, body, headers, stop_at, latencies, errors):
             response = conn.getresponse()
             response.read()
             ok = 200 <= response.status < 400
+            timing = SERVER_TIMING.search(response.getheader("Server-Timing") or "")
+            if ok and timing:
+                server_times.append(float(timing.group(1)) / 1000)
         except (OSError, http.client.HTTPException):
             conn.close()
             conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
@@ -38,10 +46,12 @@ def client(url, method, body, headers, stop_at, latencies, errors):
 
 def run(url, clients, seconds, method="GET", body=None, headers=None):
     """Requests/s and latency percentiles (seconds) for `clients` concurrent closed-loop clients."""
-    latencies, errors = [], []
+    latencies, errors, server_times = [], [], []
     stop_at = time.monotonic() + seconds
     threads = [
-        threading.Thread(target=client, args=(url, method, body, headers or {}, stop_at, latencies, errors))
+        threading.Thread(
+            target=client, args=(url, method, body, headers or {}, stop_at, latencies, errors, server_times)
+        )
         for _ in range(clients)
     ]
     started = time.monotonic()
@@ -50,10 +60,10 @@ def run(url, clients, seconds, method="GET", body=None, headers=None):
     for t in threads:
         t.join()
     elapsed = time.monotonic() - started
-    ordered = sorted(latencies)
+    ordered, served = sorted(latencies), sorted(server_times)
 
-    def pct(p):
-        return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else None
+    def pct(p, values=ordered):
+        return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else None
 
     return {
         "requests": len(latencies),
@@ -63,6 +73,8 @@ def run(url, clients, seconds, method="GET", body=None, headers=None):
         "p50": pct(50),
         "p95": pct(95),
         "p99": pct(99),
+        "server_p50": pct(50, served),
+        "server_p95": pct(95, served),
     }
 
 

@@ -1,11 +1,13 @@
 """The load test: many agents at once through the HTTP API, real Celery workers, then a correctness audit.
 
-Starts gunicorn on loopback and Celery workers on a Redis queue of its own, drives `agents` concurrent
-agents through `sessions` sessions each (open, turns, end), waits for the extraction backlog to drain,
-and checks that every session was extracted exactly once, no user holds duplicate live facts, and
-nothing errored. Numbers go to stdout and to a JSON file.
+Starts the server `make run` ships (uvicorn with N workers on the ASGI app) on loopback and Celery
+workers on a Redis queue of its own, drives `agents` concurrent agents through `sessions` sessions
+each (open, turns, end), waits for the extraction backlog to drain, and checks that every session was
+extracted exactly once, no user holds duplicate live facts, and nothing errored. Numbers go to stdout
+and to a JSON file. The drills (bench/drill.py) start their server and worker with the same pieces.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -56,33 +58,96 @@ def database_url():
     return db.connection_url(connection)
 
 
-def _free_port():
+def free_port():
+    """A free TCP port on loopback."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _percentile(values, p):
+def web_command(port, workers):
+    """The server scripts/run starts (uvicorn, `workers` processes, the ASGI app), on loopback at `port`."""
+    return [str(BIN / "uvicorn"), "memoryapp.asgi:application", "--host", "127.0.0.1", "--port", str(port)] + [
+        "--http",
+        "memoryapp.request_limits:HeaderTimeoutHttpToolsProtocol",
+        "--loop",
+        "uvloop",
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        "--timeout-graceful-shutdown",
+        "3",
+    ]
+
+
+def server_env(broker, queue, **extra):
+    """The environment of the server and workers a benchmark starts: this database, `broker` and its own
+    `queue`, the offline extractor, no rate limit to measure, and production's settings (no lab apps)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CELERY_EAGER")}
+    env.update(
+        DATABASE_URL=database_url(),
+        REDIS_URL=broker,
+        CELERY_BROKER_URL=broker,
+        CELERY_QUEUE=queue,
+        EXTRACTION_BACKEND="offline",
+        MEMORY_API_RATE_PER_MINUTE="10000000",
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        DJANGO_SETTINGS_MODULE="memoryapp.settings",
+        LAB_APPS="0",
+        PYTHONPATH=str(BASE_DIR),
+    )
+    env.update(extra)
+    return env
+
+
+def percentile(values, p):
+    """The p-th percentile of `values` (seconds) in milliseconds, None when there are none."""
     if not values:
         return None
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000, 1)
 
 
-class _Processes:
-    """gunicorn and Celery workers as children, always stopped on the way out."""
+class Processes:
+    """The web server and Celery workers as children, always stopped on the way out.
 
-    def __init__(self, env):
+    `log`: an open file that gets everything they print (the drills count errors in it); without it
+    their errors reach this terminal."""
+
+    def __init__(self, env, log=None):
         self.env = env
+        self.log = log
         self.procs = []
+        self.dead = []  # children a drill ended on purpose
+        self.workers = []  # the Celery workers among them, in start order (a drill kills one)
 
     def start(self, cmd, quiet=False):
         # quiet: Celery prints its banner on stdout; errors still reach stderr.
-        stdout = subprocess.DEVNULL if quiet else None
-        self.procs.append(subprocess.Popen(cmd, cwd=BASE_DIR, env=self.env, stdout=stdout))
+        stdout = self.log or (subprocess.DEVNULL if quiet else None)
+        self.procs.append(subprocess.Popen(cmd, cwd=BASE_DIR, env=self.env, stdout=stdout, stderr=self.log))
+        return self.procs[-1]
+
+    def start_web(self, port, workers):
+        self.start(web_command(port, workers))
+
+    def start_worker(self, queue, name, concurrency=1):
+        """A Celery worker on `queue`: the solo pool for one task at a time, else prefork as scripts/run."""
+        pool = ["--pool=solo"] if concurrency == 1 else ["--concurrency", str(concurrency)]
+        worker = self.start(
+            [str(BIN / "celery"), "-A", "memoryapp", "worker", "-Q", queue, "-l", "WARNING", "-n", f"{name}@%h"]
+            + pool
+            + ["--without-gossip", "--without-mingle", "--without-heartbeat"],
+            quiet=True,
+        )
+        self.workers.append(worker)
+
+    def start_beat(self, schedule):
+        """Celery beat as scripts/run starts it (the sweeper every SWEEP_SECONDS), its schedule in `schedule`."""
+        self.start([str(BIN / "celery"), "-A", "memoryapp", "beat", "-l", "WARNING", "--schedule", str(schedule)])
 
     def alive(self):
-        return all(p.poll() is None for p in self.procs)
+        return all(p.poll() is None for p in self.procs if p not in self.dead)
 
     def stop(self):
         stop_processes(self.procs)
@@ -117,41 +182,22 @@ def _agent(base_url, key, user, n_sessions, index, timings, errors):
             call("end", f"/api/v1/sessions/{sid}/end")
 
 
-def run(agents=50, sessions_per_agent=20, workers=2, web_workers=3, broker=None, timeout=900, keep=False, out=print):
+def run(agents=50, sessions_per_agent=20, workers=2, web_workers=2, broker=None, timeout=900, keep=False, out=print):
     """Run the load test and audit the result; returns the report (a dict, also what the JSON holds)."""
     broker = broker or settings.REDIS_URL or "redis://127.0.0.1:6379/0"
     tag = f"loadtest-{secrets.token_hex(5)}"
     org = Organization.objects.create(slug=tag, name=f"Load test {tag}")
     _, key = sessions.create_api_key(org, "load test")
-    port = _free_port()
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CELERY_EAGER")}
-    env.update(
-        DATABASE_URL=database_url(),
-        REDIS_URL=broker,
-        CELERY_BROKER_URL=broker,
-        CELERY_QUEUE=tag,
-        EXTRACTION_BACKEND="offline",
-        MEMORY_API_RATE_PER_MINUTE="10000000",
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        DJANGO_SETTINGS_MODULE="memoryapp.settings",
-        PYTHONPATH=str(BASE_DIR),
-    )
-    procs = _Processes(env)
+    procs = Processes(server_env(broker, tag))
     timings, errors = {}, []
     report = {"agents": agents, "sessions_per_agent": sessions_per_agent, "workers": workers, "web": web_workers}
     try:
-        procs.start(
-            [str(BIN / "gunicorn"), "memoryapp.wsgi:application", "-b", f"127.0.0.1:{port}"]
-            + ["-w", str(web_workers), "--threads", "8", "--log-level", "warning", "--timeout", "120"]
-        )
+        procs.start_web(port, web_workers)
         for i in range(workers):
-            procs.start(
-                [str(BIN / "celery"), "-A", "memoryapp", "worker", "-Q", tag, "--pool=solo", "-l", "WARNING"]
-                + ["-n", f"{tag}-{i}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                quiet=True,
-            )
-        _wait_until_up(base_url, procs)
+            procs.start_worker(tag, f"{tag}-{i}")
+        wait_until_up(base_url, procs)
         out(f"load test {tag}: {agents} agents x {sessions_per_agent} sessions, {workers} workers, {base_url}")
 
         started = time.perf_counter()
@@ -168,7 +214,7 @@ def run(agents=50, sessions_per_agent=20, workers=2, web_workers=3, broker=None,
         )
 
         drain_started = time.perf_counter()
-        backlog = _wait_for_backlog(org, timeout, procs)
+        backlog = wait_for_backlog(org, timeout, procs)
         drain_seconds = time.perf_counter() - drain_started
         report.update(_audit(org, agents * sessions_per_agent))
         report.update(
@@ -179,7 +225,7 @@ def run(agents=50, sessions_per_agent=20, workers=2, web_workers=3, broker=None,
                 "api_seconds": round(api_seconds, 2),
                 "requests_per_second": round(requests / api_seconds, 1),
                 "latency_ms": {
-                    name: {"p50": _percentile(v, 50), "p95": _percentile(v, 95), "p99": _percentile(v, 99)}
+                    name: {"p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99)}
                     for name, v in sorted(timings.items())
                 },
                 "backlog_left": backlog,
@@ -197,9 +243,9 @@ def run(agents=50, sessions_per_agent=20, workers=2, web_workers=3, broker=None,
         )
     finally:
         procs.stop()
-        _forget_queue(broker, tag)
+        forget_queue(broker, tag)
         if not keep:
-            _clean_up(org)
+            clean_up(org)
     for name, lat in report.get("latency_ms", {}).items():
         out(f"  {name:6s} p50 {lat['p50']} ms  p95 {lat['p95']} ms  p99 {lat['p99']} ms")
     out(
@@ -215,11 +261,12 @@ def run(agents=50, sessions_per_agent=20, workers=2, web_workers=3, broker=None,
     return report
 
 
-def _wait_until_up(base_url, procs, timeout=120):
+def wait_until_up(base_url, procs, timeout=120):
+    """Wait for /healthz to answer 200; fails when a child exits or `timeout` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not procs.alive():
-            raise RuntimeError("gunicorn or a worker exited during start-up")
+            raise RuntimeError("the web server or a worker exited during start-up")
         try:
             if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
                 return
@@ -237,7 +284,8 @@ def _backlog(org):
     )
 
 
-def _wait_for_backlog(org, timeout, procs):
+def wait_for_backlog(org, timeout, procs):
+    """Wait until every ended session of `org` is extracted (or skipped); returns how many are left."""
     deadline = time.monotonic() + timeout
     left = _backlog(org)
     while left and time.monotonic() < deadline and procs.alive():
@@ -274,14 +322,13 @@ def _audit(org, expected_sessions):
     }
 
 
-def _forget_queue(broker, tag):
-    try:
+def forget_queue(broker, tag):
+    """Delete the run's private Redis queue."""
+    with contextlib.suppress(Exception):  # the queue is empty by now; a leftover key is harmless
         redis.Redis.from_url(broker).delete(tag)
-    except Exception:  # the queue is empty by now; a leftover key is harmless
-        pass
 
 
-def _clean_up(org):
+def clean_up(org):
     """Remove everything the run created: its people (through the one erasure path) and its org."""
     for user_id in list(ExternalIdentity.objects.filter(org=org).values_list("user_id", flat=True)):
         user = get_user_model().objects.filter(id=user_id).first()

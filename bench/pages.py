@@ -1,9 +1,10 @@
-"""Pages under load: gunicorn on loopback, a load generator in another process, a trivial view as ceiling."""
+"""Pages under load: the shipped server (uvicorn) on loopback, a load generator in another process, a trivial
+view as ceiling."""
 
+import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,10 +15,12 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.core.management import call_command
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from bench import common as benchmarks
+from bench import loadtest
 from bench.write import CITIES, EDITORS, JOBS, LANGUAGES, STYLES, database_url
 from memoryapp import embeddings, sessions
 from memoryapp.models import AgentSession, Membership, MemoryFact, Organization, Turn
@@ -32,12 +35,31 @@ for h in string.gmatch(os.getenv("BENCH_HEADERS") or "", "[^\\n]+") do
   local name, value = h:match("^([^:]+):%s*(.*)$")
   if name then wrk.headers[name] = value end
 end
+-- The server's own time per answer (Server-Timing: app;dur=<ms>), kept per thread, merged in done().
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+init = function(args) served = {} end
+response = function(status, headers, body)
+  local timing = headers["Server-Timing"] or headers["server-timing"]
+  local dur = timing and timing:match("app;dur=([%d%.]+)")
+  if dur and status < 400 then served[#served + 1] = tonumber(dur) end
+end
 done = function(summary, latency, requests)
+  local all = {}
+  for _, thread in ipairs(threads) do
+    for _, dur in ipairs(thread:get("served")) do all[#all + 1] = dur end
+  end
+  table.sort(all)
+  local pick = function(q)
+    if #all == 0 then return -1 end
+    return all[math.min(#all, math.floor(q * #all) + 1)]
+  end
   local e = summary.errors
   io.write(string.format(
-    'BENCHJSON {"requests":%d,"duration_us":%d,"errors":%d,"p50":%d,"p95":%d,"p99":%d}\\n',
+    'BENCHJSON {"requests":%d,"duration_us":%d,"errors":%d,"p50":%d,"p95":%d,"p99":%d,' ..
+    '"server_p50_ms":%.3f,"server_p95_ms":%.3f}\\n',
     summary.requests, summary.duration, e.connect + e.read + e.write + e.status + e.timeout,
-    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+    latency:percentile(50), latency:percentile(95), latency:percentile(99), pick(0.50), pick(0.95)))
 end
 """
 
@@ -175,12 +197,6 @@ def seed(n_facts, progress=None):
     return seeded
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
 
@@ -199,14 +215,16 @@ def redis_for_server(requested=None):
     return url
 
 
-class Gunicorn:
-    """gunicorn with `workers` sync workers on a free loopback port, DEBUG off, on this database,
-    with `redis_url` as its cache when given."""
+class Server:
+    """The server `make run` ships (uvicorn, `workers` processes, the ASGI app) on a free loopback port,
+    DEBUG off, on this database, with `redis_url` as its cache when given, and static files collected
+    with hashed names into a folder of its own (a clone where `make run` never ran has none)."""
 
     def __init__(self, workers=2, redis_url=None):
-        self.port = free_port()
+        self.port = loadtest.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w", prefix="bench-pages-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile("w", prefix="bench-pages-", suffix=".log", delete=False)  # noqa: SIM115 (the server's stdout for its lifetime)
+        self.static_root = tempfile.mkdtemp(prefix="bench-pages-static-")
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
         if redis_url:
             env["REDIS_URL"] = redis_url
@@ -217,14 +235,14 @@ class Gunicorn:
             DJANGO_SETTINGS_MODULE="memoryapp.settings",
             MEMORY_API_RATE_PER_MINUTE="100000000",  # the load test must not measure the rate limiter
             CELERY_BROKER_URL="memory://",
+            LAB_APPS="0",
+            STATIC_ROOT=self.static_root,
+            STATIC_MANIFEST="1",  # as in production, also when a test runs this
             PYTHONPATH=str(benchmarks.BASE_DIR),
         )
-        gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
-        cmd = [gunicorn, "memoryapp.wsgi:application", "-w", str(workers), "-b", f"127.0.0.1:{self.port}"]
-        cmd += ["--log-level", "warning", "--timeout", "120"]
-        # The server's own time per request (µs, %(D)s), apart from the queueing the client sees.
-        self.access = tempfile.NamedTemporaryFile("w", prefix="bench-pages-access-", suffix=".log", delete=False)
-        cmd += ["--access-logfile", self.access.name, "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]
+        manage = [sys.executable, str(benchmarks.BASE_DIR / "manage.py")]
+        subprocess.run(manage + ["collectstatic", "--noinput", "-v", "0"], cwd=benchmarks.BASE_DIR, env=env, check=True)
+        cmd = loadtest.web_command(self.port, workers)
         self.proc = subprocess.Popen(cmd, cwd=benchmarks.BASE_DIR, env=env, stdout=self.log, stderr=self.log)
         # What the server really runs, read from its own settings (not inferred from ours).
         ask = "import django; django.setup(); from django.conf import settings as s; print(s.SESSION_ENGINE)"
@@ -237,34 +255,19 @@ class Gunicorn:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited; see {self.log.name}")
+                raise RuntimeError(f"uvicorn exited; see {self.log.name}")
             try:
                 with urllib.request.urlopen(self.base + reverse("healthz"), timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.3)
-        raise RuntimeError(f"gunicorn did not answer within {timeout} s; see {self.log.name}")
-
-    def access_mark(self):
-        """Where the access log ends now: server_times() reads what comes after."""
-        return os.path.getsize(self.access.name)
-
-    def server_times(self, mark, path):
-        """Percentiles (s) of the server's own time for the requests to `path` logged since `mark`."""
-        with open(self.access.name) as log:
-            log.seek(mark)
-            times = sorted(int(f[3]) / 1e6 for f in (line.split() for line in log) if len(f) == 4 and f[1] == path)
-        if not times:
-            return {"server_p50": None, "server_p95": None}
-        pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
-        return {"server_p50": pick(0.50), "server_p95": pick(0.95)}
+        raise RuntimeError(f"uvicorn did not answer within {timeout} s; see {self.log.name}")
 
     def stop(self):
         benchmarks.stop_processes([self.proc], timeout=30)
         self.log.close()
-        self.access.close()
-        os.unlink(self.access.name)
+        shutil.rmtree(self.static_root, ignore_errors=True)
 
 
 def check_target(base, target):
@@ -279,15 +282,14 @@ def check_target(base, target):
             raise RuntimeError(f"{path} did not answer 200 with its content (status {r.status}, url {r.geturl()})")
 
 
-def drain(base):
-    """Wait until requests still queued from the last run are served (sync workers, one at a time).
+def drain(result):
+    """Let the requests a run left in flight finish before the next run starts.
 
-    A load generator stops with up to `clients` requests in gunicorn's backlog; without this the
-    next page's run would start behind them and be charged for their time.
+    wrk stops with up to `clients` requests still being served; uvicorn serves them beside the next
+    run's (not ahead of them, as gunicorn's sync workers did), so waiting about the slowest answer's
+    time (the run's p99) keeps them out of the next run. The Python generator waits for its answers.
     """
-    for _ in range(2):  # one request per worker, each queued behind whatever is left
-        with urllib.request.urlopen(base + reverse("healthz"), timeout=600) as r:
-            r.read()
+    time.sleep(min(result.get("p99") or 0, 30))
 
 
 def load(base, target, clients, seconds, tool):
@@ -316,6 +318,8 @@ def load(base, target, clients, seconds, tool):
             "p50": data["p50"] / 1e6,
             "p95": data["p95"] / 1e6,
             "p99": data["p99"] / 1e6,
+            "server_p50": data["server_p50_ms"] / 1000 if data["server_p50_ms"] >= 0 else None,
+            "server_p95": data["server_p95_ms"] / 1000 if data["server_p95_ms"] >= 0 else None,
         }
     cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "loadgen.py"), "--url", url]
     cmd += ["--clients", str(clients), "--seconds", str(seconds), "--method", method]
@@ -325,6 +329,19 @@ def load(base, target, clients, seconds, tool):
         cmd += ["--header", f"{k}: {v}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def collected_static():
+    """This process renders pages with its static files collected into a folder of its own: with DEBUG off
+    the page names hashed files from a manifest, which a clone where `make run` never ran does not have."""
+    root = tempfile.mkdtemp(prefix="bench-pages-static-")
+    try:
+        with override_settings(STATIC_ROOT=root):
+            call_command("collectstatic", "--noinput", verbosity=0)
+            yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def cpu_per_request(target, requests=200):

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 
 def _setup_paths():
@@ -104,7 +105,7 @@ class Peer:
 
         memory = self.memories[r["collection"]]
         vectors = np.load(r["vectors"])
-        rows = json.loads(open(r["rows"]).read())
+        rows = json.loads(Path(r["rows"]).read_text())
         now = datetime.now(UTC).isoformat()
         with memory.vector_store._get_cursor(commit=True) as cur:
             with cur.copy(f'COPY "{r["collection"]}" (id, vector, payload) FROM STDIN') as copy:

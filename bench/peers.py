@@ -10,6 +10,7 @@ with the vector precomputed. In --smoke mode, when mem0 is not installed, a "mem
 and the output says so.
 """
 
+import contextlib
 import gc
 import json
 import os
@@ -118,10 +119,8 @@ class Mem0Process:
         return answer
 
     def close(self):
-        try:
+        with contextlib.suppress(PeerError, OSError, ValueError):
             self.call("quit")
-        except (PeerError, OSError, ValueError):
-            pass
         benchmarks.stop_processes([self.proc], timeout=10)
 
 

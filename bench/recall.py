@@ -240,6 +240,7 @@ class BenchDatabase:
     def __enter__(self):
         conn = connections["default"]
         conn.close()
+        conn.close_pool()  # the pool's connections are to the old database
         self.saved = conn.settings_dict["NAME"]
         conn.settings_dict["NAME"] = self.name
         return self
@@ -247,6 +248,7 @@ class BenchDatabase:
     def __exit__(self, *exc):
         conn = connections["default"]
         conn.close()
+        conn.close_pool()
         conn.settings_dict["NAME"] = self.saved
 
     def drop(self):

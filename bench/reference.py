@@ -1,8 +1,9 @@
 """An exact reference for recall, written from the specification and sharing no code with memoryapp.recall.
 
 The vector side is plain numpy cosine. The text side is a Python re-statement of what PostgreSQL does
-for `to_tsvector('english', text) @@ to_tsquery('english', 'w1 | w2 | ...')` ranked by `ts_rank`:
-words are lower-cased, English stop words dropped, the rest reduced by the Snowball English stemmer.
+for `to_tsvector('memory_english', text) @@ to_tsquery('memory_english', 'w1 | w2 | ...')` ranked by
+`ts_rank`: words are lower-cased, their accents removed (the unaccent dictionary), English stop words
+dropped, the rest reduced by the Snowball English stemmer.
 For an OR query with default weights (every lexeme in weight class D = 0.1), PostgreSQL's
 `calc_rank_or` (src/backend/utils/adt/tsrank.c) scores each query lexeme found in the text as
 0.1 x (1 + 1/2² + … + 1/n²) for its n occurrences, divides that by π²/6 (the series' limit), and
@@ -14,6 +15,7 @@ score(d) = sum over rankings of 1 / (k + rank(d)), with k = 60 as in the paper.
 """
 
 import re
+import unicodedata
 from collections import Counter
 
 import numpy as np
@@ -37,15 +39,21 @@ _TOKEN = re.compile(r"[^\W_]+")
 _STEMMER = snowballstemmer.stemmer("english")
 
 
+def _folded(text):
+    """Lower case without accents: "Zürich" → "zurich" (unaccent's rules for letters with marks)."""
+    decomposed = unicodedata.normalize("NFKD", (text or "").lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
 def lexemes(text):
     """The stemmed, stop-word-free words of `text`, one per occurrence, in order."""
-    words = [w for w in _TOKEN.findall((text or "").lower()) if w not in ENGLISH_STOP]
+    words = [w for w in _TOKEN.findall(_folded(text)) if w not in ENGLISH_STOP]
     return _STEMMER.stemWords(words)
 
 
 def query_lexemes(message):
     """The lexemes of the message's first 64 words of two or more characters, as a set (an OR query)."""
-    words = [w for w in _TOKEN.findall((message or "").lower()) if len(w) >= 2][:MAX_QUERY_WORDS]
+    words = [w for w in _TOKEN.findall(_folded(message)) if len(w) >= 2][:MAX_QUERY_WORDS]
     return set(_STEMMER.stemWords([w for w in words if w not in ENGLISH_STOP]))
 
 

@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 
 from memoryapp import backends, erasure, extraction, sessions, writing
 from memoryapp.backends.base import VERDICT_SYSTEM
-from memoryapp.models import ExternalIdentity, ExtractionRun, MemoryFact, Organization
+from memoryapp.models import ExternalIdentity, ExtractionRun, MemoryFact, Organization, all_scopes
 
 BENCH_ORG = "bench-stall"
 OLD = "The user's code editor is Vim."
@@ -94,10 +94,10 @@ def run_round(org, api_key, server, n):
     the fact being judged on /me/, the other is erased through the API."""
     judge = backends.ScriptedBackend().verdicts
     corrector = sessions.get_or_create_user(org, f"stall-{n}-a")
-    old = writing.store_fact(corrector, OLD, "profile", judge=judge).fact
+    old = writing.store(corrector, OLD, "profile", judge=judge).fact
     _, session_a = _ended_session(org, f"stall-{n}-a", "I moved to Emacs.")
     erased_person = sessions.get_or_create_user(org, f"stall-{n}-b")
-    writing.store_fact(erased_person, OLD, "profile", judge=judge)
+    writing.store(erased_person, OLD, "profile", judge=judge)
     _, session_b = _ended_session(org, f"stall-{n}-b", "I moved to Emacs.")
     outcome = {}
     started = time.monotonic()
@@ -164,7 +164,7 @@ def measure(stall, rounds):
     os.environ["ANTHROPIC_BASE_URL"] = server.url
     org = Organization.objects.create(slug=BENCH_ORG, name="Stall benchmark")
     try:
-        _, api_key = sessions.create_api_key(org, "bench")
+        _, api_key = sessions.create_api_key(org, "bench", all_scopes())  # it erases: every scope
         with override_settings(
             EXTRACTION_BACKEND="anthropic",
             ANTHROPIC_API_KEY="sk-bench",

@@ -1,5 +1,6 @@
 """The write-path benchmark: sessions through a real Celery worker, and store_fact's own cost."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -118,7 +119,7 @@ def celery_workers(count, broker_url, queue):
     celery_bin = os.path.join(os.path.dirname(sys.executable), "celery")
     names = [f"{queue}-{i}@{socket.gethostname()}" for i in range(count)]
     procs = []
-    log = tempfile.NamedTemporaryFile("w", prefix=f"{queue}-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile("w", prefix=f"{queue}-", suffix=".log", delete=False)  # noqa: SIM115 - closed in finally
     try:
         for name in names:
             cmd = [celery_bin, "-A", "memoryapp", "worker", "-Q", queue, "--pool=solo", "-l", "WARNING", "-n", name]
@@ -134,10 +135,8 @@ def celery_workers(count, broker_url, queue):
     finally:
         benchmarks.stop_processes(procs)
         log.close()
-        try:
+        with contextlib.suppress(Exception):  # cleanup of a scratch queue must not hide the results
             redis.Redis.from_url(broker_url).delete(queue)
-        except Exception:  # noqa: BLE001 - cleanup of a scratch queue must not hide the results
-            pass
 
 
 @dataclass
@@ -308,7 +307,7 @@ def run_store_fact(bench, n, rng, progress=None):
             vector = embeddings.embed(text)
             t1 = time.perf_counter()
             before_calls, before_model, before_sql = calls["n"], calls["seconds"], dict(timer.buckets)
-            result = writing.store_fact(user, text, kind, judge=judge, vectors=(vector, None))
+            result = writing.store(user, text, kind, judge=judge, vectors=(vector, None))
             t2 = time.perf_counter()
             model = calls["seconds"] - before_model
             rows.append(

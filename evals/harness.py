@@ -33,8 +33,21 @@ from pydantic import (
     model_validator,
 )
 
-from memoryapp import backends, clock, embeddings, erasure, extraction, forgetting, orgs, recall, sessions, writing
-from memoryapp.models import KINDS, FactEvent, MemoryFact, Organization, OrgFactProposal
+from memoryapp import (
+    backends,
+    clock,
+    embeddings,
+    erasure,
+    extraction,
+    forgetting,
+    orgs,
+    pending,
+    recall,
+    sessions,
+    writing,
+)
+from memoryapp.models import FactEvent, MemoryFact, Organization, OrgFactProposal
+from memoryapp.vocabulary import KINDS
 
 # The OpenAI-compatible backend has the same prompts and parsing as anthropic, so a scenario about a
 # model's answer applies to both; it runs against a local server (Ollama, vLLM) as well as OpenAI.
@@ -161,6 +174,10 @@ class SwitchSpec(_Format):
     memory: OnOff
 
 
+class KeepSpec(_Format):
+    user: UserName
+
+
 class EraseSpec(_Format):
     user: UserName
 
@@ -195,6 +212,8 @@ STEP_MODELS = {
     "correct": create_model("CorrectStep", __base__=_Format, correct=(CorrectSpec, ...)),
     "delete": create_model("DeleteStep", __base__=_Format, delete=(DeleteSpec, ...)),
     "switch": create_model("SwitchStep", __base__=_Format, switch=(SwitchSpec, ...)),
+    # The person keeps every candidate the judge held for their word ("Waiting for you" on /me/).
+    "keep": create_model("KeepStep", __base__=_Format, keep=(KeepSpec, ...)),
     "erase": create_model("EraseStep", __base__=_Format, erase=(EraseSpec, ...)),
     "approve_org": create_model("ApproveOrgStep", __base__=_Format, approve_org=(ApproveOrgSpec, ...)),
 }
@@ -768,6 +787,11 @@ class Runner:
         user = self.existing_user(args["user"])
         fact = self.find_fact(MemoryFact.objects.for_user(user).live(), args["fact"], "live fact")
         writing.delete_fact(fact, actor=FactEvent.Actor.USER, actor_user=user, reason="deleted in a scenario")
+
+    def step_keep(self, step):
+        user = self.existing_user(step.args["user"])
+        for candidate in pending.waiting_for(user):
+            pending.keep(candidate, user)
 
     def step_switch(self, step):
         user = self.user(step.args["user"])

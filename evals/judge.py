@@ -5,6 +5,7 @@ benchmark says so and leaves the column out otherwise. Both calls go through the
 provider modules (`backends.anthropic.complete`, `backends.openai.complete`).
 """
 
+import contextlib
 import json
 
 from memoryapp import backends
@@ -53,10 +54,8 @@ def grade(provider, question, gold, block, usage):
     usage.add(answered.usage)
     answer = answered.text.strip()
     if provider == "openai" and answer.startswith("{"):
-        try:
+        with contextlib.suppress(ValueError):
             answer = str(json.loads(answer).get("answer", answer))
-        except ValueError:
-            pass
     judged = _ask(
         provider,
         JUDGE_SYSTEM,

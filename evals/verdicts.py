@@ -255,7 +255,7 @@ def confusion(gold, predicted, weights=None):
 
     With `weights`, each pair counts that much (a stratified sample weighted back to its population).
     """
-    matrix = {g: {p: 0 for p in LABELS} for g in LABELS}
+    matrix = {g: dict.fromkeys(LABELS, 0) for g in LABELS}
     for g, p, w in zip(gold, predicted, weights or [1] * len(gold), strict=True):
         matrix[g][p] += w
     per_label = {}

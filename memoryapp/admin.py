@@ -4,9 +4,14 @@ Changing memory goes through the domain functions (validation, history, re-embed
 has no form that writes a fact, a turn or a session, and no delete that skips erasure.
 """
 
+from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
-from memoryapp import models, support_access
+from memoryapp import models, password_reset, people, support_access
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -100,3 +105,48 @@ class FactEventAdmin(ReadOnly):
 
 for model in (models.ErasureReceipt, models.SupportAccess, models.ForgettingRun):
     admin.site.register(model, ReadOnly)
+
+
+class AccountForm(UserAdmin.form):
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk and cleaned.get("is_active") is False:
+            try:
+                people.refuse_last_admin(self.instance.pk)
+            except people.LastAdmin as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return cleaned
+
+
+class AccountAdmin(UserAdmin):
+    """Django's user admin, except that the last admin of an org who can sign in is never deactivated or deleted."""
+
+    form = AccountForm
+    actions = ["reset_links"]
+
+    @admin.action(description="Make one-time password reset links")
+    def reset_links(self, request, queryset):
+        """A page with one link for each selected person who signs in, shown once and never cached."""
+        base_url = request.build_absolute_uri("/")
+        rows = []
+        for person in queryset.order_by("username"):
+            try:
+                link, expires_at = password_reset.issue_link(request.user, person, base_url)
+                rows.append({"person": person, "link": link, "expires_at": expires_at})
+            except password_reset.NotAllowed as exc:
+                rows.append({"person": person, "refused": str(exc)})
+        context = {**self.admin_site.each_context(request), "title": "Password reset links", "rows": rows}
+        response = TemplateResponse(request, "admin/reset_links.html", context)
+        add_never_cache_headers(response)
+        return response
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and people.last_admin_of(obj.pk):
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+User = get_user_model()
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+admin.site.register(User, AccountAdmin)

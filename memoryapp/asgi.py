@@ -7,6 +7,10 @@ ASGI handler uses the SDK as designed, with no re-implementation of its transpor
     uvicorn memoryapp.asgi:application --host 127.0.0.1 --port 8000
     gunicorn memoryapp.asgi:application -k uvicorn.workers.UvicornWorker   # production
 
+Every HTTP request first passes the body limits of memoryapp.request_limits (413 / 408 before the
+app or a key check sees it); run uvicorn with `--http memoryapp.request_limits:HeaderTimeoutHttpToolsProtocol`
+for the header timeout as well.
+
 The WSGI entry point (memoryapp.wsgi, runserver) keeps serving everything but /mcp/.
 """
 
@@ -24,8 +28,17 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_app = get_asgi_application()
 
+from memoryapp import embeddings, judge_model  # noqa: E402
+
+# Why load the models before the first request: a cold process loaded MiniLM and the judge inside its
+# first requests, each holding a pooled connection, and a burst then waited past the pool's timeout
+# (22 of 2,500 valid calls got 503 in `manage.py drill burst`).
+embeddings.warm()
+judge_model.model()
+
 from memoryapp import sessions  # noqa: E402  (models load after django.setup())
-from memoryapp.mcp_server import http_app  # noqa: E402
+from memoryapp.mcp_server import fresh_connection, http_app  # noqa: E402
+from memoryapp.request_limits import guard_body  # noqa: E402
 
 if settings.DEBUG:
     # As runserver does: static files straight from the app when debugging.
@@ -54,7 +67,7 @@ async def _unauthorized(send):
     await send({"type": "http.response.body", "body": UNAUTHORIZED})
 
 
-async def application(scope, receive, send):
+async def route(scope, receive, send):
     """/mcp and /mcp/… go to the MCP app (after a key check), the lifespan to it too, the rest to Django."""
     if scope["type"] == "lifespan":
         return await mcp_app(scope, receive, send)
@@ -62,7 +75,11 @@ async def application(scope, receive, send):
     if scope["type"] == "http" and (path == "/mcp" or path.startswith("/mcp/")):
         # A request without a live key stops here with the API's 401; each tool checks the key again
         # (scopes, rate limit), so a key revoked mid-session stops at its next call.
-        if await sync_to_async(sessions.authenticate_key)(_bearer(scope)) is None:
+        # fresh_connection hands the thread's pooled connection back when the check is done.
+        if await sync_to_async(fresh_connection(sessions.authenticate_key))(_bearer(scope)) is None:
             return await _unauthorized(send)
         return await mcp_app({**scope, "path": "/mcp/", "raw_path": b"/mcp/"}, receive, send)
     return await django_app(scope, receive, send)
+
+
+application = guard_body(route)

@@ -62,7 +62,7 @@ def _frame(title, body, y_max, label_every, labels, width, height):
             )
         )
     return format_html(
-        '<div class="chart-wrap"><svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
+        '<div class="chart-wrap" tabindex="0"><svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
         'xmlns="http://www.w3.org/2000/svg"><title>{}</title>{}{}{}</svg></div>',
         width,
         height,

@@ -1,13 +1,22 @@
+from memoryapp import people
 from memoryapp.models import Membership
 
 AREAS = (("/me/", "me"), ("/console/", "console"), ("/orgs/", "org"))
 
 
 def navigation(request):
-    """What the header needs: the area being shown and the signed-in person's organisations."""
+    """What the header needs: the area shown, who is signed in (in words), and the tabs they may open."""
     path = getattr(request, "path", "") or ""
     area = next((name for prefix, name in AREAS if path.startswith(prefix)), "me" if path == "/" else "")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"area": area}
-    return {"area": area, "nav_memberships": Membership.objects.filter(user=user).select_related("org")}
+    if people.is_portal_session(request):
+        # A memory-only session reaches the person's own /me/ pages only: no org or console tab, and
+        # never the generated username of a remembered person.
+        return {"area": area, "portal_session": True, "signed_in_as": people.portal_label(user), "nav_memberships": []}
+    return {
+        "area": area,
+        "signed_in_as": user.get_username(),
+        "nav_memberships": Membership.objects.filter(user=user).select_related("org"),
+    }

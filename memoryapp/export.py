@@ -1,10 +1,14 @@
 """The export: one document with everything held about a person ("What do you know about me?")."""
 
 from memoryapp import clock, writing
+from memoryapp.facts import fact_json
+from memoryapp.facts import id_or_none as _str
+from memoryapp.facts import iso as _iso
 from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
     ExtractionRun,
+    FactCandidate,
     FactEvent,
     Membership,
     MemoryFact,
@@ -16,40 +20,7 @@ from memoryapp.models import (
     Turn,
 )
 
-SCHEMA_VERSION = "1"
-
-
-def _iso(value):
-    return value.isoformat() if value is not None else None
-
-
-def _str(value):
-    return str(value) if value is not None else None
-
-
-def _fact(f):
-    return {
-        "id": str(f.id),
-        "text": f.text,
-        "kind": f.kind,
-        "state": f.state,
-        "origin": f.origin,
-        "created_at": _iso(f.created_at),
-        "last_confirmed_at": _iso(f.last_confirmed_at),
-        "confirmation_count": f.confirmation_count,
-        "last_recalled_at": _iso(f.last_recalled_at),
-        "superseded_at": _iso(f.superseded_at),
-        "superseded_by": _str(f.superseded_by_id),
-        "supersede_reason": f.supersede_reason or None,
-        "expired_at": _iso(f.expired_at),
-        "expired_rule": f.expired_rule or None,
-        "provenance": {
-            "source_session": _str(f.source_session_id),
-            "source_turns": list(f.source_turns),
-            "extraction_run": f.extraction_run_id,
-            "added_by_you": f.origin == MemoryFact.Origin.USER,
-        },
-    }
+SCHEMA_VERSION = "2"  # 2: facts in the agent API's shape (one serializer)
 
 
 def _session(s, turns):
@@ -77,34 +48,94 @@ def _switch(user):
     return {"enabled": writing.memory_enabled(user), "changed_at": _iso(row.changed_at) if row else None}
 
 
-def export_user(user):
-    """Everything held about `user` as a JSON-ready dict, described by `schema_version`."""
-    facts = MemoryFact.objects.for_user(user).with_last_recalled().order_by("created_at", "id")
-    sessions = list(AgentSession.objects.for_user(user).select_related("org").order_by("started_at", "id"))
+def _memory_rows(user, for_org):
+    """The person's sessions (with their kept turns), extraction runs and recall logs: all, or `for_org`'s."""
+    sessions = AgentSession.objects.for_user(user)
+    if for_org is not None:
+        sessions = sessions.filter(org=for_org)
+    in_sessions = {"session_id__in": sessions.values("id")} if for_org is not None else {}
     turns_by_session = {}
-    for t in Turn.objects.for_user(user).order_by("session_id", "ordinal").iterator(chunk_size=2000):
+    turns = Turn.objects.for_user(user).filter(**in_sessions).order_by("session_id", "ordinal")
+    for t in turns.iterator(chunk_size=2000):
         turns_by_session.setdefault(t.session_id, []).append(t)
-    runs = ExtractionRun.objects.filter(user=user).order_by("started_at", "id")
-    events = FactEvent.objects.filter(user=user).order_by("created_at", "id")
-    recalls = RecallLog.objects.filter(user=user).select_related("fact").order_by("created_at", "position", "id")
+    runs = ExtractionRun.objects.filter(user=user, **in_sessions).order_by("started_at", "id")
+    recalls = (
+        RecallLog.objects.filter(user=user, **in_sessions)
+        .select_related("fact")
+        .order_by("created_at", "position", "id")
+    )
+    sessions = list(sessions.select_related("org").order_by("started_at", "id"))
+    return sessions, turns_by_session, runs, recalls
+
+
+def _account(user, for_org):
+    """Who the person is: their account for themselves; for an org's keys, only that org's id for them."""
+    identities = ExternalIdentity.objects.filter(user=user).select_related("org").order_by("id")
+    if for_org is not None:
+        return {
+            "external_ids": [
+                {"organisation": i.org.name, "external_id": i.external_id} for i in identities.filter(org=for_org)
+            ]
+        }
     return {
+        "username": user.get_username(),
+        "email": user.email or None,
+        "date_joined": _iso(user.date_joined),
+        "external_ids": [{"organisation": i.org.name, "external_id": i.external_id} for i in identities],
+        "organisations": [
+            {"name": m.org.name, "role": m.role}
+            for m in Membership.objects.filter(user=user).select_related("org").order_by("id")
+        ],
+    }
+
+
+def _about_the_account(user):
+    """What only the person sees in their export: candidates waiting for them, proposals, support access, links."""
+    return {
+        "waiting_for_you": [
+            {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
+            for c in FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id")
+        ],
+        "refused_attempts": [
+            {"text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
+            for c in FactCandidate.objects.filter(user=user, outcome="refused").order_by("created_at", "id")
+        ],
+        "org_fact_proposals": [
+            {"organisation": p.org.name, "text": p.text, "kind": p.kind, "status": p.status, "at": _iso(p.created_at)}
+            for p in OrgFactProposal.objects.filter(proposed_by=user).select_related("org").order_by("created_at")
+        ],
+        "support_access": [
+            {"staff": a.staff_name, "page": a.page, "at": _iso(a.created_at)}
+            for a in SupportAccess.objects.filter(user=user).order_by("created_at", "id")
+        ],
+        "portal_links": [
+            {"created_at": _iso(p.created_at), "expires_at": _iso(p.expires_at), "used_at": _iso(p.used_at)}
+            for p in PortalLink.objects.filter(user=user).order_by("created_at", "id")
+        ],
+    }
+
+
+def export_user(user, for_org=None):
+    """Everything held about `user` as a JSON-ready dict, described by `schema_version`.
+
+    With `for_org` (an API key's organisation) it is that org's memory of the person: their facts and
+    fact history, and the sessions, extraction runs and recall logs of that org's sessions. Never
+    account data (username, e-mail, other organisations) nor who in support looked at it.
+    """
+    facts = (
+        MemoryFact.objects.for_user(user)
+        .with_last_recalled()
+        .select_related("extraction_run")
+        .order_by("created_at", "id")
+    )
+    sessions, turns_by_session, runs, recalls = _memory_rows(user, for_org)
+    events = FactEvent.objects.filter(user=user).order_by("created_at", "id")
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": _iso(clock.now()),
-        "subject": {
-            "username": user.get_username(),
-            "email": user.email or None,
-            "date_joined": _iso(user.date_joined),
-            "external_ids": [
-                {"organisation": i.org.name, "external_id": i.external_id}
-                for i in ExternalIdentity.objects.filter(user=user).select_related("org").order_by("id")
-            ],
-            "organisations": [
-                {"name": m.org.name, "role": m.role}
-                for m in Membership.objects.filter(user=user).select_related("org").order_by("id")
-            ],
-        },
+        "subject": _account(user, for_org),
         "memory_switch": _switch(user),
-        "facts": [_fact(f) for f in facts.iterator(chunk_size=1000)],
+        "facts": [fact_json(f) for f in facts.iterator(chunk_size=1000)],
         "fact_events": [
             {
                 "fact": _str(e.fact_id),
@@ -146,16 +177,7 @@ def export_user(user):
             }
             for r in recalls.iterator(chunk_size=2000)
         ],
-        "org_fact_proposals": [
-            {"organisation": p.org.name, "text": p.text, "kind": p.kind, "status": p.status, "at": _iso(p.created_at)}
-            for p in OrgFactProposal.objects.filter(proposed_by=user).select_related("org").order_by("created_at")
-        ],
-        "support_access": [
-            {"staff": a.staff_name, "page": a.page, "at": _iso(a.created_at)}
-            for a in SupportAccess.objects.filter(user=user).order_by("created_at", "id")
-        ],
-        "portal_links": [
-            {"created_at": _iso(p.created_at), "expires_at": _iso(p.expires_at), "used_at": _iso(p.used_at)}
-            for p in PortalLink.objects.filter(user=user).order_by("created_at", "id")
-        ],
     }
+    if for_org is None:
+        doc.update(_about_the_account(user))
+    return doc

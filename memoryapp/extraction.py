@@ -4,18 +4,19 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from memoryapp import clock, validation, writing
-from memoryapp.backends import Answer, ModelUnavailable, Usage, active_backend
+from memoryapp import clock, people, validation, writing
+from memoryapp.backends import Answer, ModelUnavailable, Usage, active_backend, bounded, call_timeout
 from memoryapp.backends.base import PROMPT_VERSION, VERDICT_PROMPT_VERSION
-from memoryapp.models import AgentSession, ExtractionRun, FactEvent, Membership, OrgFactProposal, Turn
+from memoryapp.models import AgentSession, ExtractionRun, FactEvent, OrgFactProposal, Turn
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ class Candidate:
     text: str
     kind: str
     scope: str = "personal"
-    vectors: tuple = None  # (stored, MiniLM) vectors, computed once when the answer was validated
+    checked: writing.Checked = None  # validated, embedded and judged once, when the answer was read
 
 
 @dataclass
@@ -70,15 +71,15 @@ def parse_answer(raw):
         try:
             # The write path's own check; the vectors it computes are the ones stored and checked
             # again (one pass of each model a fact).
-            vectors = writing.validated_vectors(text, kind)
+            checked = writing.check(text, kind)
         except writing.FactRejected as exc:
             result.dropped.append((item, str(exc)))
             continue
-        key = (re.sub(r"[^\w]+", " ", text.casefold()).strip(), scope)
+        key = (re.sub(r"[^\w]+", " ", checked.text.casefold()).strip(), scope)
         if key in seen:
             continue  # the same fact twice in one answer
         seen.add(key)
-        result.facts.append(Candidate(text=text, kind=kind, scope=scope, vectors=vectors))
+        result.facts.append(Candidate(text=checked.text, kind=kind, scope=scope, checked=checked))
     return result
 
 
@@ -94,7 +95,7 @@ def transcript(user_turns):
 #   1. claim the session (a conditional UPDATE with a lease) and record the run as running;
 #   2. call the extraction model, then save its raw answer on the run;
 #   3. per candidate: judge it (verdict model, nothing held), then write it under the user's lock
-#      after checking the run still holds the claim (writing.store_fact does the re-checking);
+#      after checking the run still holds the claim (writing.FactWrite re-checks the neighbours);
 #   4. mark the run succeeded and the session done.
 # Exactly once: the claim admits one worker at a time, and every candidate's key is committed with
 # its write, so an attempt after a crash or a kill skips what an earlier attempt already wrote.
@@ -130,8 +131,16 @@ def extract_session(session_id, user_id=None):
     if run is None:
         return None
     usage = Usage()
+    heartbeat = Heartbeat(run)
+    heartbeat.start()
     try:
-        return _run(run, usage, started)
+        # One attempt per model call, at most the provider's timeout: a failure goes back to the queue
+        # with backoff (the worker's slot is free meanwhile) instead of retrying inside the task.
+        with bounded(call_timeout(active_backend())):
+            return _run(run, usage, started)
+    except WorkerStopping:
+        _release(run, usage, started)
+        raise
     except ClaimLost:
         log.warning("extraction of session %s lost its claim mid-run; it wrote nothing more", session_id)
         return None
@@ -142,6 +151,45 @@ def extract_session(session_id, user_id=None):
         # this attempt, stays usable, and the sweeper (or staff) retries after the backoff.
         log.exception("extraction crashed for session %s", session_id)
         return _record_failure(run, f"{type(exc).__name__}: {exc}", usage, started)
+    finally:
+        heartbeat.stop()
+
+
+class WorkerStopping(BaseException):  # noqa: N818 (not an error: the worker was asked to stop)
+    """The worker is stopping: abandon the call in flight (memoryapp.celery raises it in the task)."""
+
+
+class Heartbeat(threading.Thread):
+    """Renews a run's claim every third of the lease while its task works, model calls included."""
+
+    def __init__(self, run):
+        super().__init__(name=f"lease-{run.session_id}", daemon=True)
+        self.claim, self.stopped = run, threading.Event()
+
+    def run(self):
+        try:
+            while not self.stopped.wait(settings.EXTRACTION_LEASE.total_seconds() / 3):
+                _renew(self.claim)
+        except ClaimLost:
+            pass  # taken over or erased: the task finds out at its next write and stops
+        finally:
+            connection.close()  # this thread's own connection, back to the pool
+
+    def stop(self):
+        self.stopped.set()
+
+
+def _release(run, usage, started):
+    """A stopping worker gives its session back at once: the run is abandoned, the sweeper takes it next."""
+    try:
+        with transaction.atomic():
+            session = _hold(run)
+            _finish(run, usage, started, status=ExtractionRun.Status.ABANDONED, error="the worker was stopping")
+            AgentSession.objects.filter(id=session.id, user_id=session.user_id).update(
+                extraction_status=AgentSession.Extraction.FAILED, next_attempt_at=clock.now()
+            )
+    except ClaimLost:
+        pass
 
 
 def claim_session(session_id, user_id):
@@ -249,11 +297,9 @@ def _run(run, usage, started):
     session = AgentSession.objects.select_related("user", "org").get(id=run.session_id, user_id=run.user_id)
     user_turns = list(user_turns_of(session))
     backend = active_backend()
-    if user_turns:
-        # The extraction call: no transaction open, no lock held (only the lease, renewed at claim time).
-        answer = backend.extract(transcript(user_turns))  # ModelUnavailable after bounded retries -> failed run
-    else:
-        answer = Answer(text='{"facts": []}', model="none")
+    # The extraction call: no transaction open, no lock held (only the lease, renewed at claim time).
+    # ModelUnavailable after bounded retries -> failed run.
+    answer = backend.extract(transcript(user_turns)) if user_turns else Answer(text='{"facts": []}', model="none")
     usage.add(answer.usage)
     parsed = parse_answer(answer.text)
     # Committed at once: staff see what the model said even if the worker dies while judging.
@@ -270,16 +316,13 @@ def _run(run, usage, started):
     for keys in earlier_runs.values_list("applied_keys", flat=True):
         done_keys.update(keys or [])
     applied = []
-    member_org_ids = set(Membership.objects.filter(user_id=session.user_id).values_list("org_id", flat=True))
+    # Members, and the people the session's org's agents know by an id, may propose to its tier.
+    member_org_ids = people.org_tier_orgs(session.user_id)
     ordinals = [t.ordinal for t in user_turns]
 
     def judge(new_text, old_texts):
         _renew(run)  # the claim outlives every verdict call, however slow
         return backend.verdicts(new_text, old_texts)
-
-    def mark_applied(key):
-        applied.append(key)
-        _mine(run).update(applied_keys=applied)
 
     outcomes, proposals, earlier = [], 0, 0
     for candidate in parsed.facts:
@@ -292,23 +335,30 @@ def _run(run, usage, started):
                 _hold(run)
                 if propose_org_fact(session, run, candidate):
                     proposals += 1
-                mark_applied(key)
+                applied.append(key)
+                _mine(run).update(applied_keys=applied)
             continue
         # Someone with no org tier to propose to (no org, or no longer a member of the session's)
         # spoke of their own team: it is kept as a fact about them instead of being lost.
-        result = writing.store_fact(
+        write = writing.FactWrite(
             session.user,
             candidate.text,
             candidate.kind,
             session=session,
             run=run,
             source_turns=source_turns_for(candidate.text, user_turns, ordinals),
-            judge=judge,
-            usage=usage,
-            vectors=candidate.vectors,
-            claim=lambda: _hold(run),
-            after=lambda result, key=key: mark_applied(key),
+            checked=candidate.checked,
         )
+        result = None
+        while result is None:
+            write.judge(judge, usage)  # the verdict call, nothing held
+            with transaction.atomic():
+                _hold(run)  # first, before the user's lock (as in erasure): the run still holds its claim
+                result = write.apply()  # under the user's lock; None when the neighbours moved meanwhile
+                if result is not None:
+                    # Committed with the write: a later attempt after a crash skips this candidate.
+                    applied.append(key)
+                    _mine(run).update(applied_keys=applied)
         outcomes.append(result)
 
     with transaction.atomic():
@@ -381,7 +431,7 @@ def skip_session(session):
 
 def source_turns_for(fact_text, user_turns, ordinals):
     """The user turns that most plausibly produced a fact (word overlap), else all of them."""
-    words = {w for w in re.findall(r"[a-z0-9][a-z0-9-]{2,}", fact_text.casefold())} - {"the", "user", "user's"}
+    words = set(re.findall(r"[a-z0-9][a-z0-9-]{2,}", fact_text.casefold())) - {"the", "user", "user's"}
     scored = []
     for t in user_turns:
         overlap = len(words & set(re.findall(r"[a-z0-9][a-z0-9-]{2,}", t.content.casefold())))
@@ -395,19 +445,20 @@ def source_turns_for(fact_text, user_turns, ordinals):
 
 def propose_org_fact(session, run, candidate):
     """An org-scope fact waits for an org admin; it never goes straight into the org tier."""
-    exists = OrgFactProposal.objects.filter(
-        org_id=session.org_id, status=OrgFactProposal.Status.PENDING, text__iexact=candidate.text
-    ).exists()
-    if exists:
+    try:
+        # A savepoint: the caller's transaction goes on when another session proposed the same text.
+        with transaction.atomic():
+            proposal = OrgFactProposal.objects.create(
+                org_id=session.org_id,
+                proposed_by_id=session.user_id,
+                text=candidate.text,
+                kind=candidate.kind,
+                source_session=session,
+                extraction_run=run,
+                held_reason=(candidate.checked.judgement.reason or "")[:300] if candidate.checked else "",
+            )
+    except IntegrityError:  # proposal_pending_text_unique: already waiting for an admin
         return None
-    proposal = OrgFactProposal.objects.create(
-        org_id=session.org_id,
-        proposed_by_id=session.user_id,
-        text=candidate.text,
-        kind=candidate.kind,
-        source_session=session,
-        extraction_run=run,
-    )
     writing.record_event(
         None,
         FactEvent.Action.PROPOSED,

@@ -1,30 +1,65 @@
 """Facts as agents see them: listing, reading, remembering, correcting and forgetting, for one org's key.
 
-The agent API and the MCP server both call these; the writes go through `writing` (store_fact,
+The agent API and the MCP server both call these; the writes go through `writing` (store,
 correct_fact, delete_fact), so validation, the poisoning filter and supersession are the ones
 extraction and the person's own pages use.
 """
 
-import base64
-import binascii
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from django.contrib.postgres.search import SearchQuery
-from django.core.exceptions import ValidationError
-from django.db.models import Q
-
-from memoryapp import writing
+from memoryapp import backends, paging, search, sessions, writing
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, RecallLog
 
 STATES = ("live", "superseded", "expired", "all")
 PAGE_SIZE = 50
+LIST_ORDER = ("-created_at", "-id")  # newest first; fact_user_created_idx serves it
 RECALLS_SHOWN = 100
 # How each way in labels what it wrote: the fact's origin and the audit events' actor.
 VIA = {
     "api": (MemoryFact.Origin.AGENT, FactEvent.Actor.AGENT),
     "mcp": (MemoryFact.Origin.MCP, FactEvent.Actor.MCP),
 }
+
+
+def iso(value):
+    """A datetime as ISO 8601 text, or None."""
+    return value.isoformat() if value is not None else None
+
+
+def id_or_none(value):
+    """An id as text, or None."""
+    return str(value) if value is not None else None
+
+
+def fact_json(f):
+    """A fact and its provenance as JSON: the one shape of the agent API, the MCP tools and the export.
+
+    Reads `f.extraction_run` for the backend: select_related("extraction_run") when serialising many.
+    """
+    run = f.extraction_run if f.extraction_run_id else None
+    return {
+        "id": str(f.id),
+        "text": f.text,
+        "kind": f.kind,
+        "state": f.state,
+        "created_at": iso(f.created_at),
+        "last_recalled_at": iso(getattr(f, "last_recalled_at", None)),
+        "superseded_at": iso(f.superseded_at),
+        "superseded_by": id_or_none(f.superseded_by_id),
+        "supersede_reason": f.supersede_reason or None,
+        "expired_at": iso(f.expired_at),
+        "expired_rule": f.expired_rule or None,
+        "provenance": {
+            "origin": f.origin,
+            "source_session": id_or_none(f.source_session_id),
+            "source_turns": list(f.source_turns or []),
+            "extraction_run": f.extraction_run_id,
+            "backend": run.backend if run else None,
+            "created_at": iso(f.created_at),
+            "last_confirmed_at": iso(f.last_confirmed_at),
+            "confirmation_count": f.confirmation_count,
+        },
+    }
 
 
 class MemoryOff(Exception):
@@ -35,8 +70,18 @@ class NotCurrent(Exception):
     """The fact has been replaced; only the current version can be corrected."""
 
 
-class BadCursor(ValueError):
-    """The cursor was not one this service handed out."""
+BadCursor = paging.BadCursor
+
+
+class CorrectedByPerson(Exception):
+    """The person corrected this fact (or a later version of it) themselves: a key may not override it."""
+
+    def __init__(self, current):
+        super().__init__(
+            f'The person corrected this fact themselves and their version stands: "{current.text}" '
+            f"(fact {current.id}). Only the person can change it."
+        )
+        self.current = current  # the person's version, which stands
 
 
 @dataclass
@@ -56,9 +101,27 @@ class Detail:
 
 @dataclass
 class Remembered:
-    outcome: str  # created | confirmed | superseded | held
+    outcome: str  # created | confirmed | superseded | held | pending | at_limit
     fact: MemoryFact | None
     superseded: list = field(default_factory=list)
+    pending: object = None  # the FactCandidate waiting for the person's word
+
+
+class Held(Exception):
+    """The correction waits for the person's word (it may claim authority); the fact is unchanged."""
+
+    def __init__(self, candidate):
+        super().__init__(candidate.reason)
+        self.candidate = candidate
+
+
+def pending_json(c):
+    """A candidate waiting for the person's word, as the API and the MCP tools show it."""
+    return {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason}
+
+
+class UnknownSession(Exception):
+    """The session named is not this person's with this org's keys."""
 
 
 def key_note(api_key, via="api"):
@@ -69,22 +132,6 @@ def key_note(api_key, via="api"):
 # --- reading ------------------------------------------------------------------------------
 
 
-def encode_cursor(fact):
-    """An opaque cursor positioned just after `fact` (keyset on created_at, id)."""
-    raw = f"{fact.created_at.isoformat()}|{fact.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor):
-    """(created_at, id) from a cursor; BadCursor for anything else."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, fact_id = raw.split("|")
-        return datetime.fromisoformat(when), MemoryFact._meta.pk.to_python(fact_id)
-    except (ValueError, binascii.Error, ValidationError) as exc:  # UnicodeDecodeError is a ValueError
-        raise BadCursor("cursor: not a cursor from a previous page") from exc
-
-
 def list_facts(user, *, state="live", kind=None, q=None, cursor=None, limit=PAGE_SIZE):
     """One page of the person's facts, newest first, with the cursor of the next page (None at the end)."""
     qs = (
@@ -92,23 +139,15 @@ def list_facts(user, *, state="live", kind=None, q=None, cursor=None, limit=PAGE
         .in_state(state)
         .with_last_recalled()
         .select_related("extraction_run")
-        .defer("embedding", "extraction_run__raw_output")
+        .for_display()
+        .defer("extraction_run__raw_output")
     )
     if kind:
         qs = qs.filter(kind=kind)
-    q = (q or "").replace("\x00", "").strip()
-    if q:
-        qs = qs.filter(
-            Q(text__icontains=q) | Q(search_vector=SearchQuery(q, config="english", search_type="websearch"))
-        )
-    if cursor:
-        created_at, fact_id = decode_cursor(cursor)
-        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=fact_id))
+    qs = search.matching(qs, q)
     # Keyset order on (created_at, id): fact_user_created_idx serves user + created_at.
-    rows = list(qs.order_by("-created_at", "-id")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return Page(rows, encode_cursor(rows[-1]) if more and rows else None)
+    page = paging.keyset_page(qs, LIST_ORDER, cursor, limit)
+    return Page(page.rows, page.next_cursor)
 
 
 def fact_for_org(org, fact_id):
@@ -116,7 +155,8 @@ def fact_for_org(org, fact_id):
     return (
         MemoryFact.objects.known_to(org)
         .select_related("extraction_run")
-        .defer("embedding", "extraction_run__raw_output")
+        .for_display()
+        .defer("extraction_run__raw_output")
         .filter(id=fact_id)
         .first()
     )
@@ -140,41 +180,82 @@ def session_for(org, user, session_id):
     )
 
 
-def remember(user, text, kind, *, api_key, via="api", session=None):
-    """An agent's explicit "remember this": validated, filtered and superseded like an extracted fact.
+def remember(org, external_id, text, kind, *, api_key, via="api", session_id=None):
+    """An agent's explicit "remember this": checked, judged and superseded like an extracted fact.
 
-    Opens no transaction of its own: where the verdict call runs relative to the lock is store_fact's
-    business (being restructured so the call happens before the lock), and this picks that up unchanged.
+    The candidate is checked before anyone is created: a refused text (FactRejected) leaves no person
+    behind. Raises MemoryOff and UnknownSession too. Opens no transaction of its own: writing.store
+    judges with nothing held, then writes under the person's lock.
     """
+    origin, _ = VIA[via]
+    note = key_note(api_key, via)
+    try:
+        checked = writing.check(text, kind)
+    except writing.FactRejected as exc:
+        if exc.judgement is not None:  # kept for the poisoning audit, under the person if they exist
+            writing.record_refusal(sessions.find_user(org, external_id), org, text, kind, exc.judgement, origin, note)
+        raise
+    user = sessions.get_or_create_user(org, external_id)
+    session = None
+    if session_id is not None:
+        session = session_for(org, user, session_id)
+        if session is None:
+            raise UnknownSession()
     if not writing.memory_enabled(user) or (session is not None and not writing.memory_allowed(session)):
         raise MemoryOff()
-    origin, _ = VIA[via]
-    result = writing.store_fact(user, text, kind, session=session, origin=origin, reason=key_note(api_key, via))
+    write = writing.FactWrite(user, checked.text, kind, checked=checked, session=session, origin=origin, reason=note)
+    result = writing.run(write, backends.request_verdicts(write.judged_offline))
     outcome = result.outcome
     if outcome == "created" and result.superseded:
         outcome = "superseded"
-    return Remembered(outcome, result.fact, [f.id for f in result.superseded])
+    return Remembered(outcome, result.fact, [f.id for f in result.superseded], result.candidate)
+
+
+def person_version(fact):
+    """The person's own version of `fact`, if the newest version in its chain is one; else None.
+
+    The rule extraction and `remember` follow (writing.PERSON_ORIGINS): what the person, or staff or an
+    org admin for them, wrote stands until the person says something newer. A key has no newer words of
+    theirs, so it may neither correct nor delete such a fact, nor an older version in its chain.
+    """
+    current = writing.chain_of(fact)[-1]
+    return current if current.origin in writing.PERSON_ORIGINS else None
+
+
+def _not_the_persons(fact):
+    """Raise CorrectedByPerson when `fact`'s chain ends in the person's own version."""
+    # Checked before the write and outside its lock: a correction by the person landing in between
+    # supersedes `fact`, so correct_fact refuses it (NotCurrent), and delete_fact removes `fact` and
+    # its older versions only, never the person's newer one.
+    theirs = person_version(fact)
+    if theirs is not None:
+        raise CorrectedByPerson(theirs)
 
 
 def correct(fact, text, kind, *, api_key, via="api"):
     """Correct a fact through the person's own correction path; returns the new version (or the same fact)."""
     if not writing.memory_enabled(fact.user):
         raise MemoryOff()
+    _not_the_persons(fact)
     if fact.superseded_at is not None:
         raise NotCurrent()
     if writing.is_unchanged(fact, text, kind):
         return fact
     origin, _ = VIA[via]
     try:
-        return writing.correct_fact(fact, text, kind, actor_user=None, origin=origin, note=key_note(api_key, via))
+        result = writing.correct_fact(fact, text, kind, actor_user=None, origin=origin, note=key_note(api_key, via))
     except writing.FactRejected:
         fact.refresh_from_db(fields=["superseded_at"])
         if fact.superseded_at is not None:  # replaced while we were embedding
             raise NotCurrent() from None
         raise
+    if result.outcome == "pending":
+        raise Held(result.candidate)
+    return result.fact
 
 
 def forget(fact, *, api_key, via="api"):
     """Delete the fact and its earlier versions through the person's own deletion path; returns how many."""
+    _not_the_persons(fact)
     _, actor = VIA[via]
     return writing.delete_fact(fact, actor=actor, reason=f"deleted by {key_note(api_key, via)}")

@@ -10,8 +10,6 @@ from django.db.models import Exists, OuterRef, Q
 
 from memoryapp import clock, writing
 from memoryapp.models import (
-    ALWAYS_ON_KINDS,
-    KINDS,
     AgentSession,
     FactEvent,
     ForgettingEntry,
@@ -21,6 +19,7 @@ from memoryapp.models import (
     RecallLog,
     Turn,
 )
+from memoryapp.vocabulary import ALWAYS_ON_KINDS, KINDS
 
 STALE_GOAL = "stale_goal"
 NEVER_RECALLED = "never_recalled"

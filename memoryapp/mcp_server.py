@@ -2,7 +2,7 @@
 
 Each tool is a thin call into the same domain functions as the agent API (`memoryapp.facts`,
 `memoryapp.recall`, `memoryapp.provenance`) — never an HTTP call to ourselves — under the same
-rules: the caller's API key (a Bearer token over HTTP, `--key` over stdio) decides the org, its
+rules: the caller's API key (a Bearer token over HTTP, MEMORYAPP_API_KEY over stdio) decides the org, its
 scopes and its rate limit; only people that org knows are reachable; writes are validated,
 poison-filtered and superseded like any other, refused when memory is off, and labelled origin
 `mcp` with the key's name.
@@ -19,7 +19,8 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 
-from memoryapp import facts, provenance, ratelimit, recall, sessions, writing
+from memoryapp import backends, facts, provenance, ratelimit, recall, sessions, writing
+from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS
 
 KindName = Literal["preference", "constraint", "profile", "goal"]
 User = Annotated[
@@ -27,7 +28,13 @@ User = Annotated[
     Field(description="Your agent's id for the person (as in the agent API); optional when the server is "
           "started for one person (manage.py mcp_stdio --user)", max_length=128),
 ]  # fmt: skip
-FactId = Annotated[str, Field(description="A fact id, as returned by list_facts or remember_fact")]
+# The agent API's caps, so a tool refuses what the API refuses (the API answers 422 `invalid` with the
+# same words: "<field>: String should have at most N characters").
+FactId = Annotated[str, Field(description="A fact id, as returned by list_facts or remember_fact", max_length=64)]
+SessionId = Annotated[str | None, Field(description="An agent-API session: reuse its cached block", max_length=64)]
+FactText = Annotated[
+    str, Field(description="One sentence about the person, at most 200 characters", max_length=FACT_INPUT_MAX_CHARS)
+]
 INSTRUCTIONS = (
     "Long-term memory about the people you talk with. Call recall_memory at the start of a "
     "conversation and put the block in your context; it may be outdated and the person is always "
@@ -97,7 +104,7 @@ class Caller:
         return fact
 
 
-def _fresh_connection(fn):
+def fresh_connection(fn):
     """Tools run in worker threads: drop connections that went stale between calls, as a request would."""
 
     @functools.wraps(fn)  # the SDK reads the tool's signature and docstring through it
@@ -111,33 +118,35 @@ def _fresh_connection(fn):
     return run
 
 
-def fact_json(f):
-    """A fact as the tools return it (the API's shape, with ids as strings)."""
-    return {
-        "id": str(f.id),
-        "text": f.text,
-        "kind": f.kind,
-        "state": f.state,
-        "origin": f.origin,
-        "created_at": f.created_at.isoformat(),
-        "last_confirmed_at": f.last_confirmed_at.isoformat(),
-        "source_session": str(f.source_session_id) if f.source_session_id else None,
-        "superseded_by": str(f.superseded_by_id) if f.superseded_by_id else None,
-    }
-
-
 def build_server(fixed_key=None, fixed_user=None):
     """The MCP server. `fixed_key` pins one API key (stdio), else each HTTP request's Bearer key is used;
     `fixed_user` limits it to that one person."""
     caller = Caller(fixed_key, fixed_user)
     server = MCPServer(name="memoryapp", title="memoryapp memory", version="1", instructions=INSTRUCTIONS)
+    _add_read_tools(server, caller)
+    _add_write_tools(server, caller)
+    _add_resources(server, caller)
+    return server
 
+
+def _session(api_key, person, session_id):
+    """The person's agent-API session with this id under this key's org, or a not_found refusal."""
+    session = facts.session_for(api_key.org, person, session_id) if _is_uuid(session_id) else None
+    if session is None:
+        raise Refused("not_found", "No such session for this user and API key.")
+    return session
+
+
+def _add_read_tools(server, caller):
     @server.tool(title="Recall memory")
-    @_fresh_connection
+    @fresh_connection
     def recall_memory(
         user: User = None,
-        message: Annotated[str, Field(description="The person's latest message: picks relevant facts")] = "",
-        session_id: Annotated[str | None, Field(description="An agent-API session: reuse its cached block")] = None,
+        message: Annotated[
+            str,
+            Field(description="The person's latest message: picks relevant facts", max_length=recall.MESSAGE_MAX_CHARS),
+        ] = "",
+        session_id: SessionId = None,
         ctx: Context = None,
     ) -> str:
         """The memory block about a person to put in the model's context ('' when nothing is remembered or
@@ -146,14 +155,11 @@ def build_server(fixed_key=None, fixed_user=None):
         api_key = caller.key(ctx, "read")
         person = caller.person(api_key, user)
         if session_id:
-            session = facts.session_for(api_key.org, person, session_id) if _is_uuid(session_id) else None
-            if session is None:
-                raise Refused("not_found", "No such session for this user and API key.")
-            return recall.recall(session, message).block
+            return recall.recall(_session(api_key, person, session_id), message).block
         return recall.preview(person, api_key.org, message).block
 
     @server.tool(title="List facts")
-    @_fresh_connection
+    @fresh_connection
     def list_facts(
         user: User = None,
         state: Literal["live", "superseded", "expired", "all"] = "live",
@@ -167,7 +173,7 @@ def build_server(fixed_key=None, fixed_user=None):
         return _page(caller.person(api_key, user), state=state, kind=kind, cursor=cursor, limit=limit)
 
     @server.tool(title="Search facts")
-    @_fresh_connection
+    @fresh_connection
     def search_facts(
         query: Annotated[str, Field(description="Words or a phrase to look for", max_length=200)],
         user: User = None,
@@ -178,44 +184,67 @@ def build_server(fixed_key=None, fixed_user=None):
         api_key = caller.key(ctx, "read")
         return _page(caller.person(api_key, user), state=state, q=query, limit=50)
 
+    @server.tool(title="Explain a fact")
+    @fresh_connection
+    def explain_fact(fact_id: FactId, ctx: Context = None) -> dict:
+        """Why a fact is remembered: who wrote it, the person's words it came from, the extraction run,
+        the versions it replaced or that replaced it, its history and how often it was recalled."""
+        api_key = caller.key(ctx, "read")
+        return explain(caller.fact(api_key, fact_id))
+
+
+def _add_write_tools(server, caller):
     @server.tool(title="Remember a fact")
-    @_fresh_connection
+    @fresh_connection
     def remember_fact(
-        text: Annotated[str, Field(description="One sentence about the person, at most 200 characters")],
+        text: FactText,
         kind: KindName,
         user: User = None,
-        session_id: Annotated[str | None, Field(description="The agent-API session it was said in")] = None,
+        session_id: Annotated[
+            str | None, Field(description="The agent-API session it was said in", max_length=64)
+        ] = None,
         ctx: Context = None,
     ) -> dict:
         """Remember a durable fact the person stated about themselves. It is checked like any fact (one
         sentence, no instructions or permissions) and resolved against what is known: created, confirmed
-        (already known), superseded (replaces a contradicted fact) or held (the person's own correction
-        stands)."""
+        (already known), superseded (replaces a contradicted fact), held (the person's own correction
+        stands) or pending (it may claim authority: it waits for the person to keep it, never recalled
+        until then)."""
         api_key = caller.key(ctx, "write")
         user = caller.user(user)
         if not sessions.EXTERNAL_ID.match(user):
             raise Refused("not_found", "No such user: an id is 1 to 128 characters without control characters.")
-        person = sessions.get_or_create_user(api_key.org, user)
-        session = None
-        if session_id:
-            session = facts.session_for(api_key.org, person, session_id) if _is_uuid(session_id) else None
-            if session is None:
-                raise Refused("not_found", "No such session for this user and API key.")
+        if session_id and not _is_uuid(session_id):
+            raise Refused("not_found", "No such session for this user and API key.")
         try:
-            done = facts.remember(person, text, kind, api_key=api_key, via="mcp", session=session)
+            done = facts.remember(api_key.org, user, text, kind, api_key=api_key, via="mcp", session_id=session_id)
         except writing.FactRejected as exc:
             raise Refused("fact_rejected", f"Not stored: {exc}.") from None
+        except facts.UnknownSession:
+            raise Refused("not_found", "No such session for this user and API key.") from None
+        except backends.ModelUnavailable:
+            raise Refused("model_unavailable", "The verdict model did not answer; nothing was stored.") from None
         except facts.MemoryOff:
             raise Refused("memory_off", "Memory is switched off for this person or session.") from None
-        if done.fact is None:
+        if done.outcome == "at_limit":
             raise Refused("memory_full", "This person has as many live facts as allowed.")
-        return {"outcome": done.outcome, "fact": fact_json(done.fact), "superseded": [str(i) for i in done.superseded]}
+        if done.outcome == "pending":
+            return {"outcome": "pending", "fact": None, "superseded": [], "pending": facts.pending_json(done.pending)}
+        return {
+            "outcome": done.outcome,
+            "fact": facts.fact_json(done.fact),
+            "superseded": [str(i) for i in done.superseded],
+        }
 
+    _add_change_tools(server, caller)
+
+
+def _add_change_tools(server, caller):
     @server.tool(title="Correct a fact")
-    @_fresh_connection
+    @fresh_connection
     def correct_fact(
         fact_id: FactId,
-        text: Annotated[str, Field(description="The corrected sentence")],
+        text: Annotated[str, Field(description="The corrected sentence", max_length=FACT_INPUT_MAX_CHARS)],
         kind: KindName,
         ctx: Context = None,
     ) -> dict:
@@ -230,23 +259,29 @@ def build_server(fixed_key=None, fixed_user=None):
             raise Refused("memory_off", "Memory is switched off for this person.") from None
         except facts.NotCurrent:
             raise Refused("superseded", "This version has been replaced; correct the current one.") from None
-        return {"changed": new.id != fact.id, "fact": fact_json(new), "replaced": str(fact.id)}
+        except facts.Held as held:
+            return {
+                "changed": False,
+                "fact": facts.fact_json(fact),
+                "replaced": None,
+                "pending": facts.pending_json(held.candidate),
+            }
+        except facts.CorrectedByPerson as exc:
+            raise Refused("corrected_by_person", str(exc)) from None
+        return {"changed": new.id != fact.id, "fact": facts.fact_json(new), "replaced": str(fact.id)}
 
     @server.tool(title="Forget a fact")
-    @_fresh_connection
+    @fresh_connection
     def forget_fact(fact_id: FactId, ctx: Context = None) -> dict:
         """Delete a fact for good, with its earlier versions (as the person's own delete button does)."""
         api_key = caller.key(ctx, "write")
-        return {"deleted": facts.forget(caller.fact(api_key, fact_id), api_key=api_key, via="mcp")}
+        try:
+            return {"deleted": facts.forget(caller.fact(api_key, fact_id), api_key=api_key, via="mcp")}
+        except facts.CorrectedByPerson as exc:
+            raise Refused("corrected_by_person", str(exc)) from None
 
-    @server.tool(title="Explain a fact")
-    @_fresh_connection
-    def explain_fact(fact_id: FactId, ctx: Context = None) -> dict:
-        """Why a fact is remembered: who wrote it, the person's words it came from, the extraction run,
-        the versions it replaced or that replaced it, its history and how often it was recalled."""
-        api_key = caller.key(ctx, "read")
-        return explain(caller.fact(api_key, fact_id))
 
+def _add_resources(server, caller):
     @server.resource(
         "memory://{user}/block",
         name="memory-block",
@@ -254,15 +289,13 @@ def build_server(fixed_key=None, fixed_user=None):
         description="The always-on memory block about a person (constraints and profile), as recall gives it.",
         mime_type="text/plain",
     )
-    @_fresh_connection
+    @fresh_connection
     def memory_block(user: str, ctx: Context = None) -> str:
         try:
             api_key = caller.key(ctx, "read")
             return recall.preview(caller.person(api_key, user), api_key.org, "").block
         except Refused as exc:
             raise ResourceError(str(exc)) from None
-
-    return server
 
 
 def _is_uuid(value):
@@ -278,7 +311,7 @@ def _page(person, **filters):
         page = facts.list_facts(person, **filters)
     except facts.BadCursor as exc:
         raise Refused("invalid", str(exc)) from None
-    return {"facts": [fact_json(f) for f in page.facts], "next_cursor": page.next_cursor}
+    return {"facts": [facts.fact_json(f) for f in page.facts], "next_cursor": page.next_cursor}
 
 
 def explain(fact):
@@ -286,7 +319,7 @@ def explain(fact):
     prov = provenance.fact_provenance(fact)
     run = prov.run
     return {
-        "fact": fact_json(fact),
+        "fact": facts.fact_json(fact),
         "source_turns": [
             {"ordinal": t.ordinal, "content": t.content} for t in prov.turns if t.source and t.role == "user"
         ],

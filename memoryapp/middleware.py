@@ -1,4 +1,7 @@
-"""Content-Security-Policy (our own scripts and styles only) and the confinement of portal sessions."""
+"""Content-Security-Policy (our own scripts and styles only), the confinement of portal sessions,
+and the server's own time per request."""
+
+import time
 
 from django.contrib import messages
 from django.contrib.auth import logout
@@ -31,8 +34,8 @@ class ContentSecurityPolicyMiddleware:
 
 
 # What a memory-only session may reach: the person's own pages, signing out (or in as someone
-# else), the liveness probe and static files. The agent API never reads the cookie anyway.
-PORTAL_PATHS = ("/me/", "/logout/", "/login/", "/static/", "/healthz", "/api/")
+# else), the probes and static files. The agent API never reads the cookie anyway.
+PORTAL_PATHS = ("/me/", "/logout/", "/login/", "/static/", "/healthz", "/readyz", "/api/")
 
 
 class PortalSessionMiddleware:
@@ -61,6 +64,7 @@ API_ERRORS = {
     405: ("method_not_allowed", "This route does not accept that HTTP method."),
     413: ("too_large", "The request body is too large."),
     500: ("internal_error", "Something went wrong on our side; nothing was stored."),
+    503: ("unavailable", "The database is unavailable; nothing from this request was stored. Retry shortly."),
 }
 
 
@@ -79,7 +83,26 @@ class ApiJsonErrorsMiddleware:
         ):
             code, message = API_ERRORS.get(response.status_code, ("error", "The request failed."))
             replacement = error_json(response.status_code, code, message)
-            if "Allow" in response:
-                replacement["Allow"] = response["Allow"]
+            for header in ("Allow", "Retry-After"):
+                if header in response:
+                    replacement[header] = response[header]
             return replacement
+        return response
+
+
+class ServerTimingMiddleware:
+    """`Server-Timing: app;dur=<ms>` on every response: the time Django spent on the request."""
+
+    # Why a response header: uvicorn's access log has no duration (gunicorn's had %(D)s). The header
+    # needs no log to switch on or parse, browsers' developer tools show it, and any client can tell
+    # the server's own time from the queueing it saw (bench_pages reads it). Outermost middleware, so
+    # it covers every other middleware and the view; not uvicorn's HTTP parsing or the wait for a
+    # thread, which the client's own clock includes.
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
         return response

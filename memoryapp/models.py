@@ -7,17 +7,14 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery
-from django.db.models.functions import Length
+from django.db.models.functions import Length, Lower
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from pgvector.django import CosineDistance, VectorField
 
 from memoryapp import clock, embeddings
+from memoryapp.vocabulary import FACT_MAX_CHARS, KINDS, TEXT_SEARCH_CONFIG
 
 User = settings.AUTH_USER_MODEL
-
-KINDS = ("preference", "constraint", "profile", "goal")
-ALWAYS_ON_KINDS = ("constraint", "profile")
-FACT_MAX_CHARS = 200
 
 
 class Kind(models.TextChoices):
@@ -36,7 +33,15 @@ class Organization(models.Model):
         return self.name
 
 
+class MembershipQuerySet(models.QuerySet):
+    def who_can_sign_in(self):
+        """Memberships of active accounts with a usable password (Django marks unusable ones with '!')."""
+        return self.filter(user__is_active=True).exclude(user__password__startswith="!").exclude(user__password="")
+
+
 class Membership(models.Model):
+    """Someone who joined an org by invitation and signs in; only members hold roles (never a remembered person)."""
+
     class Role(models.TextChoices):
         ADMIN = "admin"
         MEMBER = "member"
@@ -45,6 +50,8 @@ class Membership(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(default=clock.now)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -93,12 +100,19 @@ class MemorySettings(models.Model):
 
 
 class ExternalIdentity(models.Model):
-    """The agent's own id for a person, unique within the organisation whose key sent it."""
+    """The agent's own id for a person, unique within the organisation whose key sent it.
+
+    Who is who: a person an org's agents remember is known by this row, never by a Membership (that
+    is for people who joined by invitation and sign in). `user` is the remembered person the API
+    created for the id, or, once `linked_at` is set, the account of the person who linked it to
+    themselves (memoryapp.linking).
+    """
 
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="external_ids")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="external_ids")
     external_id = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=clock.now)
+    linked_at = models.DateTimeField(null=True, blank=True)  # when its person linked it to their own account
 
     class Meta:
         constraints = [
@@ -113,15 +127,21 @@ class ApiKeyQuerySet(models.QuerySet):
 
 
 class Scope(models.TextChoices):
-    """What an API key may do: read memory, write it (sessions, turns, facts), erase people."""
+    """What an API key may do: read memory, write it (sessions, turns, facts), erase people, mint portal links."""
 
     READ = "read"
     WRITE = "write"
     ERASE = "erase"
+    PORTAL = "portal"
 
 
 def all_scopes():
     return [s.value for s in Scope]
+
+
+def default_scopes():
+    """What a new key may do unless chosen otherwise: erasing people and signing them in are opt-in."""
+    return [Scope.READ.value, Scope.WRITE.value]
 
 
 class ApiKey(models.Model):
@@ -132,8 +152,8 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=clock.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    # Existing keys and keys created without a choice may do everything; an org narrows a key by hand.
-    scopes = ArrayField(models.CharField(max_length=5, choices=Scope.choices), default=all_scopes)
+    # A key created without a choice may read and write; `erase` and `portal` are given by hand.
+    scopes = ArrayField(models.CharField(max_length=10, choices=Scope.choices), default=default_scopes)
 
     objects = ApiKeyQuerySet.as_manager()
 
@@ -301,6 +321,11 @@ class MemoryFactQuerySet(models.QuerySet):
     def live(self):
         return self.filter(superseded_at__isnull=True, expired_at__isnull=True)
 
+    def for_display(self):
+        """Without the vector and the word index: pages and answers show text, and those two columns are
+        the largest of a row (1.5 KB of vector; the tsvector is parsed into a string on every read)."""
+        return self.defer("embedding", "search_vector")
+
     def with_last_recalled(self):
         """Annotate when each fact was last put in a memory block (newest recall log; recall_fact_idx)."""
         newest = RecallLog.objects.filter(fact_id=OuterRef("pk")).order_by("-created_at").values("created_at")[:1]
@@ -363,7 +388,7 @@ class MemoryFact(models.Model):
     embedding_model = models.CharField(max_length=80)
     # Full-text side of hybrid recall; computed by PostgreSQL from the text, never written by us.
     search_vector = models.GeneratedField(
-        expression=SearchVector("text", config="english"), output_field=SearchVectorField(), db_persist=True
+        expression=SearchVector("text", config=TEXT_SEARCH_CONFIG), output_field=SearchVectorField(), db_persist=True
     )
     origin = models.CharField(max_length=12, choices=Origin.choices, default=Origin.EXTRACTED)
     added_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -468,6 +493,8 @@ class OrgFactProposal(models.Model):
     decided_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     fact = models.ForeignKey(MemoryFact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Why the judge held it for an admin's word (it may claim authority); empty for ordinary proposals.
+    held_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         constraints = [
@@ -475,10 +502,76 @@ class OrgFactProposal(models.Model):
                 condition=LessThanOrEqual(Length("text"), FACT_MAX_CHARS), name="proposal_text_max_200"
             ),
             models.CheckConstraint(condition=Q(kind__in=KINDS), name="proposal_kind_valid"),
+            # propose_org_fact: two sessions ending together never queue the same text twice
+            models.UniqueConstraint(
+                "org", Lower("text"), condition=Q(status="pending"), name="proposal_pending_text_unique"
+            ),
         ]
         indexes = [
             # the admin's queue: pending proposals of one org
             models.Index(fields=["org", "created_at"], condition=Q(status="pending"), name="proposal_pending_idx"),
+        ]
+
+
+class SignIn(models.Model):
+    """A sign-in session's key, recorded when the person signs in, so erasure ends their sessions
+    without decoding every row of django_session (and without holding locks while it would)."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+", db_index=False)
+    session_key = models.CharField(max_length=40)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [
+            # erasure reads a person's keys; a key is recorded once however often the signal fires
+            models.UniqueConstraint(fields=["user", "session_key"], name="signin_user_key_unique"),
+        ]
+
+
+class FactCandidateQuerySet(models.QuerySet):
+    def pending(self):
+        return self.filter(outcome=FactCandidate.Outcome.PENDING)
+
+
+class FactCandidate(models.Model):
+    """A candidate fact that was not stored: pending the person's word, or refused (kept for the audit).
+
+    Never recalled, never in a block or a prompt, never superseding or confirming anything: recall
+    and the write path read MemoryFact only. Keeping a pending one stores it through the write path.
+    """
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending"
+        REFUSED = "refused"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # A personal candidate belongs to a user; an org-level refusal (no person known) to an org only.
+    user = models.ForeignKey(User, on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False)
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    text = models.TextField()
+    kind = models.CharField(max_length=12)  # as sent: a refused candidate's kind may be anything
+    reason = models.CharField(max_length=300)
+    score = models.FloatField(null=True, blank=True)  # the judge's probability, when it ran
+    origin = models.CharField(max_length=12, choices=MemoryFact.Origin.choices)
+    note = models.CharField(max_length=300, blank=True)  # who wrote it (for an agent: which key)
+    added_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    replaces = models.ForeignKey(MemoryFact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    source_session = models.ForeignKey(AgentSession, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    source_turns = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    extraction_run = models.ForeignKey(
+        ExtractionRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=clock.now)
+
+    objects = FactCandidateQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # a person's "Waiting for you" list, and erasure by user
+            models.Index(fields=["user", "outcome", "created_at"], name="candidate_user_idx"),
+            # the console's audit (newest first, counts per day) and the lapse sweep
+            models.Index(fields=["created_at", "outcome"], name="candidate_created_idx"),
         ]
 
 
@@ -494,6 +587,10 @@ class FactEvent(models.Model):
         PROPOSED = "proposed"
         APPROVED = "approved"
         REJECTED = "rejected"
+        PENDING = "pending"  # a candidate held for the person's word (FactCandidate)
+        KEPT = "kept"  # the person kept a pending candidate: it was stored
+        DISCARDED = "discarded"  # the person discarded a pending candidate
+        LAPSED = "lapsed"  # nobody acted on a pending candidate within PENDING_DAYS
 
     class Actor(models.TextChoices):
         EXTRACTOR = "extractor"
@@ -574,6 +671,17 @@ class PortalLink(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
 
 
+class PasswordResetLink(models.Model):
+    """A one-time, expiring link to set a new password, issued by an org admin or staff; only its hash is stored."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    token_hash = models.CharField(max_length=64, unique=True)  # sha256 hex; the link's token is never stored
+    created_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=clock.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
 class SupportAccess(models.Model):
     """Every time staff open a person's facts or conversations."""
 
@@ -615,3 +723,28 @@ class ErasureReceipt(models.Model):
     requested_via = models.CharField(max_length=20)  # api | self | command | org
     created_at = models.DateTimeField(default=clock.now)
     counts = models.JSONField(default=dict)
+    # The organisations whose assistants knew the person by an id of theirs (names only, never the ids).
+    identities = models.JSONField(default=list, blank=True)
+
+
+class RateCounter(models.Model):
+    """One fixed window of one rate-limit bucket, seen by every web process (memoryapp/ratelimit.py).
+
+    The table is UNLOGGED (migration 0009): a counter lost in a crash only restarts a window at zero,
+    and no request pays for a WAL write or ships one to a replica.
+    """
+
+    bucket = models.CharField(max_length=200)
+    window_start = models.BigIntegerField()  # Unix seconds
+    expires_at = models.BigIntegerField()  # window_start + the window's length
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The conflict target of the counting upsert: one row per bucket and window.
+            models.UniqueConstraint(fields=["bucket", "window_start"], name="ratecounter_bucket_window_uniq"),
+        ]
+        indexes = [
+            # Pruning finds the ended windows without reading the live ones.
+            models.Index(fields=["expires_at"], name="ratecounter_expires_idx"),
+        ]

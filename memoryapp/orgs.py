@@ -1,6 +1,5 @@
 """Team accounts: the org tier of facts, the proposal queue, members and invitations, API keys, deleting an org."""
 
-import hashlib
 import secrets
 from collections import Counter
 from datetime import timedelta
@@ -8,9 +7,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 
-from memoryapp import clock, sessions, writing
+from memoryapp import backends, clock, erasure, onetime, people, portal, sessions, writing
 from memoryapp.models import (
     AgentSession,
     ApiKey,
@@ -63,11 +62,7 @@ KIND_HEADINGS = {"constraint": "Constraints", "profile": "Profile", "preference"
 def live_facts(org):
     """The org's live facts grouped by kind: [(kind, heading, facts)], each fact with who proposed or corrected it."""
     facts = list(
-        MemoryFact.objects.for_org(org)
-        .live()
-        .defer("embedding")
-        .select_related("added_by")
-        .order_by("-created_at", "id")
+        MemoryFact.objects.for_org(org).live().for_display().select_related("added_by").order_by("-created_at", "id")
     )
     proposals = _proposals_for(facts)
     corrected = set(
@@ -92,7 +87,7 @@ def expired_facts(org):
     """Org facts the forgetting job has expired (not superseded), newest first."""
     facts = list(
         MemoryFact.objects.for_org(org)
-        .defer("embedding")
+        .for_display()
         .filter(superseded_at__isnull=True, expired_at__isnull=False)
         .order_by("-expired_at", "id")
     )
@@ -113,7 +108,8 @@ def _proposals_for(facts):
 
 def add_fact(org, admin, text, kind):
     """An admin adds a fact to the org tier; a duplicate confirms the existing one, a contradiction supersedes it."""
-    return writing.store_fact(None, text, kind, org=org, origin=ORG_ADMIN, added_by=admin)
+    write = writing.FactWrite(None, text, kind, org=org, origin=ORG_ADMIN, added_by=admin)
+    return writing.run(write, backends.request_verdicts(write.judged_offline))
 
 
 def correct_fact(fact, admin, text, kind):
@@ -166,32 +162,7 @@ def approve_proposal(proposal, admin, text=None, kind=None):
     kind = proposal.kind if kind is None else kind
     if proposal.status != OrgFactProposal.Status.PENDING:
         raise OrgError("This proposal has already been decided.")
-    decided = {}
-
-    def claim():
-        # Inside store_fact's write transaction: the proposal row lock makes one of two admins win.
-        decided["proposal"] = _claim(proposal)
-
-    def after(result):
-        locked = decided["proposal"]
-        locked.status, locked.decided_by, locked.decided_at, locked.fact = (
-            OrgFactProposal.Status.APPROVED,
-            admin,
-            clock.now(),
-            result.fact,
-        )
-        locked.save(update_fields=["status", "decided_by", "decided_at", "fact"])
-        writing.record_event(
-            result.fact,
-            FactEvent.Action.APPROVED,
-            FactEvent.Actor.ORG_ADMIN,
-            actor_user=admin,
-            reason=f"proposal {locked.id} ({result.outcome})",
-        )
-
-    # store_fact calls the verdict model outside any transaction, then claims the proposal and
-    # writes the fact in one short transaction: both happen, or neither.
-    return writing.store_fact(
+    write = writing.FactWrite(
         None,
         text,
         kind,
@@ -200,8 +171,34 @@ def approve_proposal(proposal, admin, text=None, kind=None):
         run=proposal.extraction_run,
         origin=ORG_ADMIN,
         added_by=admin,
-        claim=claim,
-        after=after,
+        kept=True,  # the admin's approval is the word a held candidate waits for
+    )
+    result = None
+    while result is None:
+        write.judge()  # the verdict call, nothing held
+        # The proposal and the fact in one short transaction: both happen, or neither.
+        with transaction.atomic():
+            locked = _claim(proposal)  # the row lock makes one of two deciding admins win
+            result = write.apply()  # under the org's lock; None when the tier moved meanwhile
+            if result is not None:
+                _approved(locked, admin, result)
+    return result
+
+
+def _approved(proposal, admin, result):
+    proposal.status, proposal.decided_by, proposal.decided_at, proposal.fact = (
+        OrgFactProposal.Status.APPROVED,
+        admin,
+        clock.now(),
+        result.fact,
+    )
+    proposal.save(update_fields=["status", "decided_by", "decided_at", "fact"])
+    writing.record_event(
+        result.fact,
+        FactEvent.Action.APPROVED,
+        FactEvent.Actor.ORG_ADMIN,
+        actor_user=admin,
+        reason=f"proposal {proposal.id} ({result.outcome})",
     )
 
 
@@ -235,20 +232,61 @@ def withdraw_proposal(proposal, user):
 # --- members --------------------------------------------------------------------------
 
 
-def members(org):
-    """The org's memberships, admins first, then by name; `external_id` names the people its agents know."""
-    known_as = ExternalIdentity.objects.filter(org=org, user=OuterRef("user")).values("external_id")[:1]
-    found = list(
-        Membership.objects.filter(org=org)
-        .select_related("user")
-        .annotate(external_id=Subquery(known_as))
-        .order_by("role", "user__username")  # "admin" sorts before "member"
-    )
+def members(org, membership_id=None):
+    """The people who joined the org by invitation (they sign in), admins first, then by name."""
+    found = Membership.objects.filter(org=org)
+    if membership_id is not None:
+        found = found.filter(id=membership_id)
+    found = list(found.select_related("user").order_by("role", "user__username"))
     for m in found:
-        # A person the agents know who never signs in has only a generated username: use their id.
-        m.remembered_only = bool(m.external_id) and not m.user.has_usable_password()
-        m.name = m.external_id if m.remembered_only else (m.user.get_full_name() or m.user.username)
+        m.name = m.user.get_full_name() or m.user.username
+        m.can_sign_in = people.can_sign_in(m.user)
     return found
+
+
+def remembered(org):
+    """The people the org's agents keep memory about, by the org's own id: live facts and last session each.
+
+    Never their facts, and nothing about their account (a linked account's username, e-mail or other
+    organisations stay out): only what the org's own agents already know.
+    """
+    live = MemoryFact.objects.live().filter(scope=MemoryFact.Scope.PERSONAL, user=OuterRef("user")).values("user")
+    last = AgentSession.objects.filter(user=OuterRef("user"), org=org).order_by("-started_at").values("started_at")
+    found = list(
+        ExternalIdentity.objects.filter(org=org)
+        .select_related("user")
+        .annotate(
+            live_facts=Subquery(live.annotate(n=Count("id")).values("n")[:1]),
+            last_session=Subquery(last[:1]),
+        )
+        .order_by("external_id")
+    )
+    for ident in found:
+        ident.live_facts = ident.live_facts or 0
+        # A person who linked the id to their own account manages (and erases) it themselves.
+        ident.manages_own = people.operates(ident.user)
+    return found
+
+
+def remembered_person(org, identity_id):
+    """The org's identity with this id, or None."""
+    return ExternalIdentity.objects.select_related("user", "org").filter(org=org, id=identity_id).first()
+
+
+def portal_link_for(identity, base_url):
+    """A one-time "My memory" link for a remembered person, to pass on to them: (url, expires_at)."""
+    try:
+        return portal.issue_link(identity.user, base_url=base_url, org=identity.org)
+    except portal.NotAllowed as exc:
+        raise OrgError(str(exc)) from None
+
+
+def erase_remembered(identity):
+    """Erase a remembered person and everything held about them, for their org (through the one erasure path)."""
+    try:
+        return erasure.erase_member(identity.org, identity.user, requested_via="org")
+    except erasure.ErasureRefused as exc:
+        raise OrgError(str(exc)) from None
 
 
 # --- invitations: the only way in; nobody is attached to an org without their own consent ------
@@ -256,8 +294,7 @@ def members(org):
 INVITATION_UNUSABLE = "This invitation can't be used: it was already used, revoked, or it expired. Ask for a new one."
 
 
-def _token_hash(token):
-    return hashlib.sha256(token.encode()).hexdigest()
+_token_hash = onetime.token_hash
 
 
 def invite(org, admin, role=Membership.Role.MEMBER, note=""):
@@ -298,7 +335,12 @@ def invitation_for(token):
 
 
 def accept_invitation(token, user):
-    """`user` accepts the invitation (their own consent): they join its org with its role, once."""
+    """`user` accepts the invitation (their own consent): they join its org with its role, once.
+
+    Only an account that signs in can join: a remembered person is never a member.
+    """
+    if not people.can_sign_in(user):
+        raise OrgError("Only an account with a password can join an organisation. Sign in with one first.")
     with transaction.atomic():
         # Locked so the same link opened twice at once makes one membership, never two.
         invitation = Invitation.objects.select_for_update().filter(token_hash=_token_hash(token or "")).first()
@@ -322,22 +364,31 @@ def join_with_new_account(token, username, password):
     return membership
 
 
-def _admins_locked(org):
-    """The org's admin memberships, row-locked so two demotions cannot both pass the last-admin check."""
-    return list(
-        Membership.objects.select_for_update().filter(org=org, role=Membership.Role.ADMIN).values_list("id", flat=True)
-    )
+LAST_ADMIN = "An organisation needs at least one admin who can sign in: make someone else admin first."
+
+
+def _lock_admins(org_id):
+    """Lock the org row (then its admin memberships) and return the ids of its admins who can sign in.
+
+    Why the org row: it is the one lock every role change, removal and erasure takes first, so two
+    admins demoting each other at once queue, and the second sees the first's result.
+    """
+    Organization.objects.select_for_update().get(id=org_id)
+    admins = Membership.objects.select_for_update().filter(org_id=org_id, role=Membership.Role.ADMIN)
+    list(admins.values_list("id", flat=True))
+    return set(admins.who_can_sign_in().values_list("id", flat=True))
 
 
 def change_role(membership, role):
-    """Make a member an admin or an admin a member; the last admin stays an admin."""
+    """Make a member an admin or an admin a member; only someone who signs in may be admin, and the last one stays."""
     if role not in Membership.Role.values:
         raise OrgError("Choose a role: admin or member.")
     with transaction.atomic():
-        Organization.objects.select_for_update().get(id=membership.org_id)
-        admins = _admins_locked(membership.org_id)
-        if role == Membership.Role.MEMBER and admins == [membership.id]:
-            raise OrgError("An organisation needs at least one admin: make someone else admin first.")
+        admins = _lock_admins(membership.org_id)
+        if role == Membership.Role.ADMIN and not people.can_sign_in(membership.user):
+            raise OrgError("Only someone who signs in with their own account can be an admin.")
+        if role == Membership.Role.MEMBER and admins == {membership.id}:
+            raise OrgError(LAST_ADMIN)
         Membership.objects.filter(id=membership.id).update(role=role)
     membership.role = role
     return membership
@@ -346,9 +397,8 @@ def change_role(membership, role):
 def remove_member(membership):
     """Take someone out of the org: their personal memory stays theirs, their org-tier recall stops at once."""
     with transaction.atomic():
-        Organization.objects.select_for_update().get(id=membership.org_id)
-        admins = _admins_locked(membership.org_id)
-        if admins == [membership.id]:
+        admins = _lock_admins(membership.org_id)
+        if admins == {membership.id}:
             raise OrgError(
                 "The last admin cannot leave or be removed: make someone else admin first, or delete the organisation."
             )
@@ -389,7 +439,7 @@ def create_key(org, name, scopes):
         raise OrgError(f"A key name is at most {KEY_NAME_MAX} characters.")
     chosen = [s for s in Scope.values if s in set(scopes or ())]
     if not chosen or len(chosen) != len(set(scopes)):
-        raise OrgError("Choose what the key may do: read, write, erase (at least one).")
+        raise OrgError(f"Choose what the key may do: {', '.join(Scope.values)} (at least one).")
     return sessions.create_api_key(org, name, chosen)
 
 

@@ -108,7 +108,12 @@ def audit(per_probe=PER_PROBE, pattern_limit=PATTERN_LIMIT, floor=SIMILARITY_FLO
     for entry in found.values():
         fact = entry.fact
         entry.patterns = matching_patterns(fact.text, fact.kind, _minilm_vector(fact.embedding, fact.embedding_model))
-    return sorted(found.values(), key=lambda f: (not f.matched, -f.similarity, str(f.fact.id)))
+    return sorted(found.values(), key=audit_key)
+
+
+def audit_key(entry):
+    """The audit's order, as a key of ints and text (keyset paging): pattern matches first, then the most similar."""
+    return (int(not entry.matched), -round(entry.similarity * 10_000), str(entry.fact.id))
 
 
 class ActionRejected(ValueError):

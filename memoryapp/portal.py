@@ -1,6 +1,5 @@
 """One-time sign-in links to "My memory", issued to an end user's agent through the API."""
 
-import hashlib
 import secrets
 from datetime import timedelta
 
@@ -8,7 +7,7 @@ from django.conf import settings
 from django.core import signing
 from django.urls import reverse
 
-from memoryapp import clock, people
+from memoryapp import clock, onetime, people
 from memoryapp.models import ExternalIdentity, Membership, PortalLink
 
 SALT = "memoryapp.portal"
@@ -33,8 +32,7 @@ OPERATOR_MESSAGE = (
 )
 
 
-def _hash(raw):
-    return hashlib.sha256(raw.encode()).hexdigest()
+_hash = onetime.token_hash
 
 
 def lifetime():

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, Q, prefetch_related_objects
 
-from memoryapp import sessions, writing
+from memoryapp import search, sessions, writing
 from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
@@ -60,9 +60,14 @@ def find_facts(filters):
         qs = qs.filter(Q(user_id__in=people) | Q(user_id__in=by_account))
     if filters.org:
         members = Membership.objects.filter(org__slug=filters.org).values("user_id")
-        qs = qs.filter(Q(org__slug=filters.org) | Q(scope=MemoryFact.Scope.PERSONAL, user_id__in=members))
+        known = ExternalIdentity.objects.filter(org__slug=filters.org).values("user_id")  # its remembered persons
+        qs = qs.filter(
+            Q(org__slug=filters.org)
+            | Q(scope=MemoryFact.Scope.PERSONAL, user_id__in=members)
+            | Q(scope=MemoryFact.Scope.PERSONAL, user_id__in=known)
+        )
     if filters.text:
-        qs = qs.filter(text__icontains=filters.text)
+        qs = search.matching(qs, filters.text)
     if filters.kind:
         qs = qs.filter(kind=filters.kind)
     if filters.state == "live":
@@ -201,7 +206,7 @@ def session_provenance(session, turn_offset=0, turn_limit=500):
         external_id=sessions.external_id_of(session.user, session.org),
         turns=list(Turn.objects.filter(session=session).order_by("ordinal")[turn_offset : turn_offset + turn_limit]),
         runs=list(session.extraction_runs.order_by("started_at", "id")),
-        written=list(MemoryFact.objects.filter(source_session=session).defer("embedding").order_by("created_at", "id")),
+        written=list(MemoryFact.objects.filter(source_session=session).for_display().order_by("created_at", "id")),
         confirmed=[facts[i] for i in dict.fromkeys(confirmed_ids) if i in facts],
         superseded=[(e, facts.get(e.fact_id)) for e in superseded_events],
         recalled=list(

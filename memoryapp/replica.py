@@ -5,18 +5,26 @@ Set DATABASE_REPLICA_URL to a streaming replica of DATABASE_URL. A GET or HEAD o
 commands) reads the primary. A person who has just changed something is pinned to the primary for
 REPLICA_PIN_SECONDS through a signed cookie, so they see their own correction at once even while the
 replica lags behind.
+
+A replica that gives no connection within REPLICA_CONNECT_SECONDS is skipped: that request reads the
+primary, and so does every request of this process for the next REPLICA_RETRY_SECONDS (a circuit
+breaker), so a dead standby costs one short wait per process and period, not one per page.
 """
 
 import contextvars
+import logging
 import time
 
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 
 REPLICA = "replica"
 PAGE_PREFIXES = ("/me/", "/console/", "/orgs/")
 PIN_COOKIE = "primary_until"
 _reads_from_replica = contextvars.ContextVar("reads_from_replica", default=False)
+# time.monotonic() until which this process reads the primary only (the replica failed to answer).
+_replica_down_until = 0.0
+log = logging.getLogger(__name__)
 
 
 def use_replica(request):
@@ -27,6 +35,24 @@ def use_replica(request):
         return False
     pinned_until = request.get_signed_cookie(PIN_COOKIE, default=None, salt=PIN_COOKIE)
     return not (pinned_until and float(pinned_until) > time.time())
+
+
+def replica_answers():
+    """Whether the replica gives this thread a connection now; a failure opens the breaker for a while."""
+    global _replica_down_until
+    if time.monotonic() < _replica_down_until:
+        return False
+    try:
+        # The connection this request's reads will use (from the pool when there is one), taken now so
+        # that a dead replica shows here, before any read, and not as a 500 halfway through the page.
+        replica = connections[REPLICA]
+        replica.close_if_health_check_failed()
+        replica.ensure_connection()
+    except DatabaseError as exc:
+        _replica_down_until = time.monotonic() + settings.REPLICA_RETRY_SECONDS
+        log.warning("replica unreachable, pages read the primary for %s s: %s", settings.REPLICA_RETRY_SECONDS, exc)
+        return False
+    return True
 
 
 class ReplicaRouter:
@@ -57,7 +83,7 @@ class ReplicaMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        token = _reads_from_replica.set(use_replica(request))
+        token = _reads_from_replica.set(use_replica(request) and replica_answers())
         try:
             response = self.get_response(request)
         finally:

@@ -11,7 +11,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
 from memoryapp import clock, extraction, writing
-from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, Membership, MemorySettings, Turn, all_scopes
+from memoryapp.celery import app as celery_app
+from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, MemorySettings, Turn, default_scopes
 
 EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 QUEUE_LEASE = timedelta(minutes=2)
@@ -34,10 +35,10 @@ def hash_key(key):
 
 
 def create_api_key(org, name, scopes=None):
-    """A new key for `org` (all scopes unless narrowed): returns (ApiKey, the key, shown once and never stored)."""
+    """A new key for `org` (read and write unless chosen): returns (ApiKey, the key, shown once and never stored)."""
     key = "mem_" + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
-        org=org, name=name, prefix=key[:12], key_hash=hash_key(key), scopes=list(scopes or all_scopes())
+        org=org, name=name, prefix=key[:12], key_hash=hash_key(key), scopes=list(scopes or default_scopes())
     )
     return api_key, key
 
@@ -66,7 +67,11 @@ def find_user(org, external_id):
 
 
 def get_or_create_user(org, external_id):
-    """The person the agent calls `external_id`, created (as a member of `org`) on first use."""
+    """The person the agent calls `external_id`, created on first use as a remembered person of `org`.
+
+    Known by the ExternalIdentity alone: never a Membership (members join by invitation and sign in),
+    and never matched to an account by name; only the person themselves links an id to their account.
+    """
     user = find_user(org, external_id)
     if user is not None:
         return user
@@ -77,7 +82,6 @@ def get_or_create_user(org, external_id):
             user.set_unusable_password()
             user.save(update_fields=["password"])
             ExternalIdentity.objects.create(org=org, user=user, external_id=external_id)
-            Membership.objects.create(org=org, user=user, role=Membership.Role.MEMBER)
             MemorySettings.objects.create(user=user)
     except IntegrityError:
         return find_user(org, external_id)  # a concurrent request created them first
@@ -127,12 +131,9 @@ def add_turns(session, turns):
 
 def enqueue_extraction(session_id, user_id):
     """Queue the session's extraction once the current transaction commits; the user id routes it (Citus)."""
-    # Imported here, not at the top: memoryapp.tasks imports this module. Importing it (rather than
-    # only looking the task up by name) registers it in processes that never loaded it otherwise,
-    # such as the MCP server or a test that ends a session before any request.
-    from memoryapp import tasks
-
-    tasks.extract_session.delay_on_commit(str(session_id), user_id)
+    # Looked up by name, not imported: memoryapp.tasks imports this module. MemoryappConfig.ready
+    # registers the task in every process that sets Django up (web, worker, MCP server, tests).
+    celery_app.tasks["memoryapp.extract_session"].delay_on_commit(str(session_id), user_id)
 
 
 def end_session(session, reason=AgentSession.EndReason.EXPLICIT):

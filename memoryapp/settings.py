@@ -1,5 +1,6 @@
 """Settings, read only from the environment. Defaults follow the seed article."""
 
+import importlib.util
 import os
 import secrets
 from datetime import timedelta
@@ -56,12 +57,18 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "memoryapp",
-    "bench",
-    "evals",
 ]
+# The lab: benchmarks (bench/) and evaluations (evals/), with their management commands. They need the
+# dev requirements (httpx, the load generator's tools), so they are on where those are installed
+# (`make test`, a developer's checkout) and off in a production install (requirements.txt only);
+# LAB_APPS=1 or 0 says so explicitly. scripts/run serves with them off, as production does.
+LAB_APPS = env_bool("LAB_APPS", importlib.util.find_spec("pytest") is not None)
+if LAB_APPS:
+    INSTALLED_APPS += ["bench", "evals"]
 
 MIDDLEWARE = [
-    # Outermost, so it also sees the 400 Django answers for a bad Host header further in.
+    "memoryapp.middleware.ServerTimingMiddleware",  # first: its time covers all the others
+    # Outermost (after the timing), so it also sees the 400 Django answers for a bad Host header further in.
     "memoryapp.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from STATIC_ROOT (after collectstatic) with far-future caching, so the
@@ -107,20 +114,55 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="memoryapp.dbbackend")}
 else:
     DATABASES = {"default": {"ENGINE": "memoryapp.dbbackend", "NAME": db.DB_NAME, "EMBEDDED": True}}
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
+# Why a pool: under ASGI Django runs each request's sync code in a thread of its own, and with
+# persistent connections (CONN_MAX_AGE) every such thread kept a connection until PostgreSQL ran out
+# (100 on the embedded server). Each process now holds at most DB_POOL_MAX_SIZE connections; a
+# request that finds them all busy waits DB_POOL_TIMEOUT seconds and then answers 503 with
+# Retry-After. Sized for `manage.py drill burst` (50 clients on two web processes: at 10 a process,
+# 31 of 2,488 valid calls waited past 5 s on a loaded machine). Budget for the embedded server's
+# max_connections = 100 (docs/scaling.md): two web processes at 25, the worker's processes (one task
+# and its lease heartbeat each), beat and commands, with headroom for psql.
+# DB_POOL=0 goes back to one connection per request (CONN_MAX_AGE then applies).
+DB_POOL = env_bool("DB_POOL", True)
+DB_POOL_OPTIONS = {
+    "min_size": env_int("DB_POOL_MIN_SIZE", 2),
+    "max_size": env_int("DB_POOL_MAX_SIZE", 25),
+    "timeout": env_float("DB_POOL_TIMEOUT", 10.0),
+    # Connections older than this are replaced (spreads server memory growth; psycopg's default is 1 h).
+    "max_lifetime": env_float("DB_POOL_MAX_LIFETIME", 1800.0),
+}
+DATABASES["default"]["OPTIONS"] = {
+    **DATABASES["default"].get("OPTIONS", {}),
+    **db.connection_options(DB_POOL_OPTIONS if DB_POOL else None),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = 0 if DB_POOL else env_int("CONN_MAX_AGE", 0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Each concurrent test run (CI, a developer, a helper) can take its own test database.
 DATABASES["default"]["TEST"] = {"NAME": "test_memoryapp" + env("TEST_DB_SUFFIX", "")}
 # A streaming replica for page reads (see memoryapp/replica.py and docs/scaling.md); off when unset.
 DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL")
+# A replica that gives no connection within REPLICA_CONNECT_SECONDS is skipped (pages read the primary)
+# for REPLICA_RETRY_SECONDS in that process: a dead standby costs one short wait, not one per page.
+REPLICA_CONNECT_SECONDS = env_int("REPLICA_CONNECT_SECONDS", 2)
+REPLICA_RETRY_SECONDS = env_int("REPLICA_RETRY_SECONDS", 10)
 if DATABASE_REPLICA_URL:
-    DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=env_int("CONN_MAX_AGE", 60))
+    DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, engine="memoryapp.dbbackend")
+    DATABASES["replica"]["OPTIONS"] = {
+        **DATABASES["replica"].get("OPTIONS", {}),
+        **db.connection_options({**DB_POOL_OPTIONS, "timeout": REPLICA_CONNECT_SECONDS} if DB_POOL else None),
+        "connect_timeout": REPLICA_CONNECT_SECONDS,
+    }
+    # A streaming replica is a copy of the primary, whose pgvector was checked; checking it again would
+    # turn a replica that is down at a process's first page into a configuration error, not a fallback.
+    DATABASES["replica"]["CHECK_PGVECTOR"] = False
+    DATABASES["replica"]["CONN_MAX_AGE"] = DATABASES["default"]["CONN_MAX_AGE"]
+    DATABASES["replica"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
 DATABASE_ROUTERS = ["memoryapp.replica.ReplicaRouter"]
 REPLICA_PIN_SECONDS = env_int("REPLICA_PIN_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- cache, used by rate limits ------------------------------------------
+# --- cache: rate limits count here when REDIS_URL is set, else in PostgreSQL (memoryapp/ratelimit.py)
 REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -175,7 +217,13 @@ SECURE_HSTS_SECONDS = 31536000 if env_bool("HTTPS", False) else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_PROXY", False) else None
+# The one body limit: Django's own check, and memoryapp.request_limits refusing larger bodies (413)
+# before they are read, for the API, the pages and /mcp/ alike.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1_048_576)
+# Seconds a request's headers (from their first byte, or from connecting) and its whole body may
+# take to arrive before the connection is answered 408 and closed (memoryapp.request_limits).
+REQUEST_HEADER_TIMEOUT = env_float("REQUEST_HEADER_TIMEOUT", 10.0)
+REQUEST_BODY_TIMEOUT = env_float("REQUEST_BODY_TIMEOUT", 30.0)
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
@@ -184,25 +232,27 @@ ANTHROPIC_TIMEOUT = env_float("ANTHROPIC_TIMEOUT", 30.0)
 ANTHROPIC_MAX_RETRIES = env_int("ANTHROPIC_MAX_RETRIES", 3)
 OPENAI_TIMEOUT = env_float("OPENAI_TIMEOUT", 60.0)
 OPENAI_MAX_RETRIES = env_int("OPENAI_MAX_RETRIES", 3)
-# The longest one model call can take, whichever provider: every attempt runs into the SDK
-# timeout, with the SDK's backoff (at most 8 s) between attempts.
-MODEL_CALL_MAX_SECONDS = max(
-    ANTHROPIC_TIMEOUT * (ANTHROPIC_MAX_RETRIES + 1) + 8 * ANTHROPIC_MAX_RETRIES,
-    OPENAI_TIMEOUT * (OPENAI_MAX_RETRIES + 1) + 8 * OPENAI_MAX_RETRIES,
-)
-# An extraction's claim on its session. The worker renews it before every model call, so it runs
-# out only when the worker has been gone for longer than any one call can take; then the sweeper
-# (or a redelivered task) takes the session over and marks the abandoned run.
-EXTRACTION_LEASE = timedelta(seconds=MODEL_CALL_MAX_SECONDS + 30)
+# A web request (an agent's "remember this", an admin adding an org fact) waits at most this long for
+# the verdict model, one attempt; then the offline judge answers (labelled in provenance), or with
+# MODEL_STRICT the request is refused with 503 model_unavailable and Retry-After.
+MODEL_REQUEST_SECONDS = env_float("MODEL_REQUEST_SECONDS", 10.0)
+MODEL_STRICT = env_bool("MODEL_STRICT", False)
+# An extraction's claim on its session. A heartbeat in the working task renews it every third of the
+# lease while the task runs (a model call included), so it runs out only when the worker is gone;
+# then the sweeper (every SWEEP_SECONDS) takes the session over and marks the abandoned run: a dead
+# worker's session is redone within lease + sweep interval (about a minute). Each model call in the
+# worker is one attempt (its provider's timeout); a failure goes back to the queue with backoff.
+EXTRACTION_LEASE = timedelta(seconds=env_int("EXTRACTION_LEASE_SECONDS", 45))
+SWEEP_SECONDS = env_int("SWEEP_SECONDS", 20)
 # Tests move the app clock (memoryapp.clock) by setting this through a fixture; always zero in production.
 CLOCK_OFFSET = timedelta(0)
 
 # Why the visibility timeout: with acks_late, Redis hands an unacknowledged task to another worker
 # only after this many seconds. Its default (one hour) meant a task whose worker died was never
 # redelivered in practice. Longer than the lease, so when redelivery happens the dead worker's claim
-# has run out and the new delivery can take the session over; shorter than an hour, so it happens.
-# A task that outlives it while its worker is alive is redelivered too, but finds the claim still
-# held (renewed before each call) and does nothing.
+# has run out and the new delivery can take the session over (the sweeper usually has already). A
+# task that outlives it while its worker is alive is redelivered too, but finds the claim still held
+# (renewed by its heartbeat) and does nothing.
 REDIS_VISIBILITY_TIMEOUT = int(EXTRACTION_LEASE.total_seconds()) + 60
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"visibility_timeout": REDIS_VISIBILITY_TIMEOUT}
@@ -234,7 +284,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_BEAT_SCHEDULE = {
-    "sweep-sessions": {"task": "memoryapp.sweep_sessions", "schedule": 60.0},
+    "sweep-sessions": {"task": "memoryapp.sweep_sessions", "schedule": float(SWEEP_SECONDS)},
     "forget-nightly": {
         "task": "memoryapp.forget",
         "schedule": __import__("celery.schedules", fromlist=["crontab"]).crontab(hour=3, minute=17),
@@ -242,6 +292,10 @@ CELERY_BEAT_SCHEDULE = {
     "retention-nightly": {
         "task": "memoryapp.apply_retention",
         "schedule": __import__("celery.schedules", fromlist=["crontab"]).crontab(hour=3, minute=47),
+    },
+    "lapse-pending-nightly": {
+        "task": "memoryapp.lapse_pending",
+        "schedule": __import__("celery.schedules", fromlist=["crontab"]).crontab(hour=4, minute=7),
     },
 }
 
@@ -306,11 +360,9 @@ MEMORY = {
     "MAX_FACTS_PER_USER": env_int("MEMORY_MAX_FACTS_PER_USER", 1000),
     "TURN_RETENTION_DAYS": env_int("MEMORY_TURN_RETENTION_DAYS", 30),
     "FORGETTING_MODE": env("MEMORY_FORGETTING_MODE", "log"),  # log | enforce
-    # The learned second stage of the fact validator (memoryapp/authority_model.py). On: on the
-    # poisoning corpus's test split it raises blocking from 81.1 % (the rules alone) to 93.1 % and
-    # lowers false rejections from 3.1 % to 2.9 % (docs/security.md).
-    "LEARNED_POISON_CHECK": env_bool("MEMORY_LEARNED_POISON_CHECK", True),
     "FORGETTING_GRACE_DAYS": env_int("MEMORY_FORGETTING_GRACE_DAYS", 30),
+    # Days a pending candidate waits for the person (and a refused one stays in the audit).
+    "PENDING_DAYS": env_int("MEMORY_PENDING_DAYS", 30),
     "FORGETTING_BATCH": env_int("MEMORY_FORGETTING_BATCH", 2000),
     # Per scope, per kind: days without confirmation before a fact is stale (None: never).
     "STALE_DAYS": {
@@ -329,7 +381,9 @@ MEMORY = {
     # Backoff doubles from 1 minute up to 60: 10 attempts ride out a model outage of about 4 hours.
     "EXTRACTION_MAX_ATTEMPTS": env_int("MEMORY_EXTRACTION_MAX_ATTEMPTS", 10),
     "API_RATE_PER_MINUTE": env_int("MEMORY_API_RATE_PER_MINUTE", 600),
+    # Sign-in attempts per account name from one address, and from one address in all.
     "LOGIN_RATE_PER_MINUTE": env_int("MEMORY_LOGIN_RATE_PER_MINUTE", 10),
+    "LOGIN_ADDRESS_RATE_PER_MINUTE": env_int("MEMORY_LOGIN_ADDRESS_RATE_PER_MINUTE", 30),
     "POISON_PROBES": [p for p in env("MEMORY_POISON_PROBES", "").split("|") if p],
 }
 

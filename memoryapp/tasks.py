@@ -6,7 +6,7 @@ from celery import shared_task
 from celery.contrib.django.task import DjangoTask
 from kombu.exceptions import OperationalError as BrokerError
 
-from memoryapp import extraction, forgetting, sessions
+from memoryapp import extraction, forgetting, pending, sessions
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +43,8 @@ def forget():
 @shared_task(name="memoryapp.apply_retention", base=EnqueueSafely)
 def apply_retention():
     return forgetting.apply_retention()
+
+
+@shared_task(name="memoryapp.lapse_pending", base=EnqueueSafely)
+def lapse_pending():
+    return pending.lapse()

@@ -1,17 +1,26 @@
 """Storing facts: supersession, confirmation, corrections and deletion, one user at a time."""
 
-import functools
 import json
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Replace
 
 from memoryapp import backends, clock, embeddings, validation
 from memoryapp.backends import phrasing
-from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, MemorySettings, Turn
+from memoryapp.models import (
+    AgentSession,
+    ExtractionRun,
+    FactCandidate,
+    FactEvent,
+    MemoryFact,
+    MemorySettings,
+    Organization,
+    OrgFactProposal,
+    Turn,
+)
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
 USER_LOCK = 1001
@@ -22,11 +31,54 @@ DELETED = "[deleted]"
 class FactRejected(ValueError):
     """The text or kind is not a storable fact; the message says why."""
 
+    def __init__(self, message, judgement=None):
+        super().__init__(message)
+        self.judgement = judgement  # set when the judge refused it (not for a wrong shape)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A candidate fact validated, embedded and judged once: what every way in hands to FactWrite."""
+
+    text: str
+    kind: str
+    vector: object  # the vector stored with it (the active embedding model's)
+    judgement: validation.Judgement  # stored or pending (a refusal raises instead)
+
+    @property
+    def pending(self):
+        return self.judgement.outcome == "pending"
+
+
+def check(text, kind, vectors=None):
+    """Validate, embed and judge a candidate once; FactRejected when it can never be a fact.
+
+    `vectors` = (the active model's vector, the MiniLM vector), either part None, when the caller
+    embedded the text already. The judge reads MiniLM vectors: with that model active one pass
+    serves both.
+    """
+    if not isinstance(text, str):
+        raise FactRejected("text and kind must be strings")
+    text = validation.normalise(text)
+    problem = validation.shape_problem(text, kind)  # nothing is embedded for what is not a sentence
+    if problem:
+        raise FactRejected(problem)
+    vector, minilm = vectors or (None, None)
+    vector = embeddings.embed(text) if vector is None else vector
+    if minilm is None:
+        minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else embeddings.minilm_vector(text)
+    judgement = validation.judge(text, kind, vector=minilm)
+    if judgement.outcome == "refused":
+        raise FactRejected(judgement.reason, judgement)
+    return Checked(text, kind, vector, judgement)
+
 
 @dataclass
 class StoreResult:
-    outcome: str  # created | confirmed | held | at_limit
+    outcome: str  # created | confirmed | held | at_limit | corrected | pending
     fact: MemoryFact | None = None
+    candidate: FactCandidate | None = None  # the pending candidate, waiting for the person's word
+    proposal: OrgFactProposal | None = None  # a pending org fact, in the admins' queue
     superseded: list = field(default_factory=list)
     verdicts: list = field(default_factory=list)  # (neighbour id, verdict, similarity)
     judge_calls: int = 0  # verdict calls made for this fact: 0, or 1 to JUDGE_ATTEMPTS when facts changed meanwhile
@@ -135,12 +187,6 @@ def neighbour_floor(text):
     return embeddings.floor("change" if phrasing.announces_change(text) else "neighbour")
 
 
-def _neighbours(live, vector, floor):
-    """The live facts a new fact is judged against: the nearest few above its neighbour floor."""
-    limit = settings.MEMORY["NEIGHBOUR_LIMIT"]
-    return list(live.nearest(vector, floor)[:limit])
-
-
 def _same_neighbours(a, b):
     # Ids alone are not enough: a fact's text can be rewritten in place (scrubbed after a deletion).
     return [(n.id, n.text) for n in a] == [(n.id, n.text) for n in b]
@@ -150,165 +196,305 @@ def _same_neighbours(a, b):
 PERSON_ORIGINS = (MemoryFact.Origin.USER, MemoryFact.Origin.STAFF, MemoryFact.Origin.ORG_ADMIN)
 
 
-def store_fact(
-    user,
-    text,
-    kind,
-    *,
-    org=None,
-    session=None,
-    run=None,
-    source_turns=(),
-    origin=MemoryFact.Origin.EXTRACTED,
-    added_by=None,
-    judge=None,
-    usage=None,
-    vectors=None,
-    claim=None,
-    after=None,
-    reason="",
-):
-    """Write one fact with supersession: confirm a duplicate, supersede what it contradicts, else insert.
+class FactWrite:
+    """One candidate fact on its way into memory, in two steps that every caller takes in order.
 
-    Personal facts when `org` is None, otherwise a fact in that org's tier. The verdict model is
-    called with no transaction open and no lock held; the result is applied in one short
-    transaction under the user's (or org's) lock, after checking that the neighbours it judged are
-    still the live neighbours. `claim()` runs first in that transaction (it may raise to abort the
-    write); `after(result)` runs last in it. `reason` goes on the audit events it writes (for an
-    agent's write: which key). Call it outside any transaction: inside one, the verdict call would
-    hold that transaction (and its locks) open.
+        write = FactWrite(user, text, kind, ...)   # validated and embedded once; FactRejected if not a fact
+        write.judge()                              # the verdict call, with nothing held
+        with transaction.atomic():
+            result = write.apply()                 # under the owner's lock; None: judge again
+
+    `apply` re-reads the neighbours under the lock; when they changed while the model was thinking
+    (a correction, a deletion, another session's write, forgetting) it writes nothing and returns
+    None, and the caller judges again. After JUDGE_ATTEMPTS judgements the fact is kept with no
+    verdicts (it supersedes nothing), so the loop always ends and nothing is lost. `store()` is the
+    loop for callers with nothing of their own to do in the transaction.
+
+    Personal facts when `org` is None, else a fact of that org's tier. A correction names the fact
+    it `replaces`: it is not judged against neighbours (the person said what it replaces), and it
+    supersedes that fact if it is still current. `reason` goes on the audit events (for an agent's
+    write: which key).
     """
-    text = validation.normalise(text)
-    vector, _ = validated_vectors(text, kind, vectors)
-    if judge is None:
-        judge = backends.active_backend().verdicts
-    live = (MemoryFact.objects.for_user(user) if org is None else MemoryFact.objects.for_org(org)).live()
-    floor = neighbour_floor(text)
-    judge_calls = 0
-    apply = functools.partial(
-        _apply,
+
+    def __init__(
+        self,
         user,
         text,
         kind,
-        vector,
-        live,
-        org=org,
-        session=session,
-        run=run,
-        source_turns=source_turns,
-        origin=origin,
-        added_by=added_by,
-        after=after,
-        reason=reason,
-    )
+        *,
+        org=None,
+        replaces=None,
+        session=None,
+        run=None,
+        source_turns=(),
+        origin=MemoryFact.Origin.EXTRACTED,
+        added_by=None,
+        reason="",
+        vectors=None,
+        checked=None,
+        kept=False,
+    ):
+        try:
+            checked = checked or check(text, kind, vectors)
+        except FactRejected as exc:
+            if exc.judgement is not None:  # refused by the judge (not a wrong shape): kept for the audit
+                record_refusal(user, org, text, kind, exc.judgement, origin, reason)
+            raise
+        self.text, self.kind, self.vector = checked.text, checked.kind, checked.vector
+        self.judgement = checked.judgement
+        # A candidate that may claim authority waits for the person's word, unless this is their word.
+        self.held = checked.pending and not kept
+        self.user, self.org, self.replaces = user, org, replaces
+        self.session, self.run, self.source_turns = session, run, list(source_turns)
+        self.origin, self.added_by, self.reason = origin, added_by, reason
+        self.actor = _actor_for(origin)
+        if replaces is not None:
+            self.live = MemoryFact.objects.none()
+        elif org is None:
+            self.live = MemoryFact.objects.for_user(user).live()
+        else:
+            self.live = MemoryFact.objects.for_org(org).live()
+        self.floor = neighbour_floor(self.text)
+        self.neighbours, self.answer = [], []
+        self.attempts = self.judge_calls = 0
 
-    for _ in range(JUDGE_ATTEMPTS):
-        # Read-only, outside any transaction: what the new fact must be compared with.
-        neighbours = _neighbours(live, vector, floor)
-        answer = []
-        if neighbours:
+    def judged_offline(self, backend_name):
+        """Say in the audit trail that the offline judge gave the verdicts (the model did not answer in time)."""
+        self.reason = f"{self.reason}; verdicts by the offline judge ({backend_name} unavailable)".lstrip("; ")
+
+    def _neighbours(self):
+        """The live facts the fact is judged against: the nearest few above its neighbour floor."""
+        return list(self.live.nearest(self.vector, self.floor)[: settings.MEMORY["NEIGHBOUR_LIMIT"]])
+
+    def judge(self, judge=None, usage=None):
+        """Judge the fact against its live neighbours; call it with no transaction open and no lock held."""
+        self.neighbours, self.answer = [], []
+        self.attempts += 1
+        if self.held or self.replaces is not None or self.attempts > JUDGE_ATTEMPTS:
+            # A held candidate never confirms or supersedes anything; a correction names what it
+            # replaces; a fact whose neighbours kept changing through every attempt is kept with no
+            # verdicts: it supersedes nothing, and nothing is lost.
+            return self
+        self.neighbours = self._neighbours()
+        if self.neighbours:
             # The model call, with nothing held: a slow provider blocks no correction, deletion or erasure.
-            answer, call_usage = judge(text, [n.text for n in neighbours])
-            judge_calls += 1
+            judge = judge or backends.active_backend().verdicts
+            self.answer, call_usage = judge(self.text, [n.text for n in self.neighbours])
+            self.judge_calls += 1
             if usage is not None:
                 usage.add(call_usage)
-        with transaction.atomic():
-            _begin_write(user, org, claim)
-            if _same_neighbours(_neighbours(live, vector, floor), neighbours):
-                return apply(list(zip(neighbours, answer, strict=True)), judge_calls)
-        # Someone changed those facts while the model was thinking (a correction, a deletion, another
-        # session's write): the verdict may be stale, so judge again against what is there now.
+        return self
 
-    # Still changing after every attempt: keep the new fact and supersede nothing (lose nothing).
-    with transaction.atomic():
-        _begin_write(user, org, claim)
-        return apply([], judge_calls)
+    def apply(self):
+        """Write the judged fact; call it inside the caller's transaction. None when it must be judged again."""
+        assert self.attempts, "judge() comes first"
+        # Why the lock: two sessions of one user ending together must not both insert the same fact or
+        # supersede each other's rows half-way. Held only for this short transaction, never over a call.
+        _lock_owner(self.replaces or self.org or self.user)
+        if self.held:
+            return self._hold()
+        if self.replaces is not None:
+            return self._apply_correction()
+        if self.attempts <= JUDGE_ATTEMPTS and not _same_neighbours(self._neighbours(), self.neighbours):
+            return None  # someone changed those facts while the model was thinking: the verdict may be stale
+        return self._apply_verdicts(list(zip(self.neighbours, self.answer, strict=True)))
 
-
-def _begin_write(user, org, claim):
-    if claim is not None:
-        claim()  # before the user's lock: the caller's row locks come first, as in erasure
-    # Why the lock: two sessions of one user ending together must not both insert the same fact or
-    # supersede each other's rows half-way. Held only for this short transaction, never over a call.
-    if org is None:
-        lock_user(user.id)
-    else:
-        lock_org(org.id)
-
-
-def _apply(
-    user,
-    text,
-    kind,
-    vector,
-    live,
-    verdicts,
-    judge_calls,
-    *,
-    org,
-    session,
-    run,
-    source_turns,
-    origin,
-    added_by,
-    after,
-    reason,
-):
-    """Inside the write transaction, under the lock: confirm, hold, or insert and supersede."""
-    now = clock.now()
-    result = StoreResult(
-        outcome="created", verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts], judge_calls=judge_calls
-    )
-    duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
-    contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
-    protected = []
-    if origin not in PERSON_ORIGINS:
-        protected = [n for n in contradicted if n.origin in PERSON_ORIGINS and not _newer_statement(session, n)]
-    if duplicate is not None:
-        # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers.
-        MemoryFact.objects.filter(id=duplicate.id).update(
-            last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1
+    def _apply_verdicts(self, verdicts):
+        result = StoreResult(
+            outcome="created",
+            verdicts=[(n.id, v, 1 - n.distance) for n, v in verdicts],
+            judge_calls=self.judge_calls,
         )
+        duplicate = next((n for n, v in verdicts if v == "DUPLICATE"), None)
+        contradicted = [n for n, v in verdicts if v == "CONTRADICTS"]
+        protected = []
+        if self.origin not in PERSON_ORIGINS:
+            protected = [
+                n for n in contradicted if n.origin in PERSON_ORIGINS and not _newer_statement(self.session, n)
+            ]
+        if duplicate is not None:
+            if not self._confirm(duplicate):
+                return None  # forgotten or replaced a moment ago: judge again against what is live
+            result.outcome, result.fact = "confirmed", duplicate
+        elif protected:
+            # A person's own correction stands until they say something newer themselves.
+            result.outcome, result.fact = "held", protected[0]
+        elif not contradicted and self.org is None and self.live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
+            result.outcome = "at_limit"
+        else:
+            fact = self._insert()
+            record_event(
+                fact,
+                FactEvent.Action.CREATED,
+                self.actor,
+                actor_user=self.added_by,
+                session=self.session,
+                reason=self.reason,
+            )
+            for old in contradicted:
+                supersede(
+                    old,
+                    fact,
+                    reason="contradicts",
+                    actor=self.actor,
+                    actor_user=self.added_by,
+                    session=self.session,
+                    note=self.reason,
+                )
+            result.fact, result.superseded = fact, contradicted
+        return result
+
+    def _confirm(self, duplicate):
+        # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers. Why
+        # the live condition: forgetting may have expired the row since it was read.
+        now = clock.now()
+        if (
+            not MemoryFact.objects.live()
+            .filter(id=duplicate.id)
+            .update(last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1)
+        ):
+            return False
         duplicate.refresh_from_db()
         record_event(
             duplicate,
             FactEvent.Action.CONFIRMED,
-            _actor_for(origin),
-            actor_user=added_by,
-            session=session,
-            reason=reason,
+            self.actor,
+            actor_user=self.added_by,
+            session=self.session,
+            reason=self.reason,
         )
-        result.outcome, result.fact = "confirmed", duplicate
-    elif protected:
-        # A person's own correction stands until they say something newer themselves.
-        result.outcome, result.fact = "held", protected[0]
-    elif not contradicted and org is None and live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
-        result.outcome = "at_limit"
-    else:
-        fact = MemoryFact.objects.create(
-            user=user if org is None else None,
-            org=org,
-            scope=MemoryFact.Scope.PERSONAL if org is None else MemoryFact.Scope.ORG,
-            text=text,
-            kind=kind,
-            embedding=vector,
+        return True
+
+    def _insert(self, **fields):
+        now = clock.now()
+        return MemoryFact.objects.create(
+            user=self.user if self.org is None else None,
+            org=self.org,
+            scope=MemoryFact.Scope.PERSONAL if self.org is None else MemoryFact.Scope.ORG,
+            text=self.text,
+            kind=self.kind,
+            embedding=self.vector,
             embedding_model=embeddings.model_name(),
-            origin=origin,
-            added_by=added_by,
-            source_session=session,
-            source_turns=list(source_turns),
-            extraction_run=run,
+            origin=self.origin,
+            added_by=self.added_by,
+            source_session=self.session,
+            source_turns=self.source_turns,
+            extraction_run=self.run,
             created_at=now,
             last_confirmed_at=now,
+            **fields,
         )
-        actor = _actor_for(origin)
-        record_event(fact, FactEvent.Action.CREATED, actor, actor_user=added_by, session=session, reason=reason)
-        for old in contradicted:
-            supersede(old, fact, reason="contradicts", actor=actor, actor_user=added_by, session=session, note=reason)
-        result.fact, result.superseded = fact, contradicted
-    if after is not None:
-        after(result)
-    return result
+
+    def _hold(self):
+        """Keep the candidate out of memory until the person (an org admin, for the org tier) says so."""
+        reason = self.judgement.reason or ""
+        if self.org is not None:  # the org tier's word is an admin's: the proposals queue
+            proposal = _queue_for_admins(self, reason)
+            record_event(
+                None,
+                FactEvent.Action.PENDING,
+                self.actor,
+                actor_user=self.added_by,
+                org_id=self.org.id,
+                reason=f"proposal {proposal.id}: {reason}",
+            )
+            return StoreResult(outcome="pending", proposal=proposal)
+        owner = self.replaces.user if self.replaces is not None else self.user
+        candidate = FactCandidate.objects.create(
+            user=owner,
+            org=self.replaces.org if self.replaces is not None and owner is None else None,
+            outcome=FactCandidate.Outcome.PENDING,
+            text=self.text,
+            kind=self.kind,
+            reason=reason[:300],
+            score=self.judgement.score,
+            origin=self.origin,
+            note=self.reason[:300],
+            added_by=self.added_by,
+            replaces=self.replaces,
+            source_session=self.session,
+            source_turns=self.source_turns,
+            extraction_run=self.run,
+        )
+        record_event(
+            None,
+            FactEvent.Action.PENDING,
+            self.actor,
+            actor_user=self.added_by,
+            session=self.session,
+            user_id=candidate.user_id,
+            org_id=candidate.org_id,
+            reason=f"candidate {candidate.id}: {reason}",
+        )
+        return StoreResult(outcome="pending", candidate=candidate)
+
+    def _apply_correction(self):
+        old = MemoryFact.objects.select_for_update().get(id=self.replaces.id)
+        if old.superseded_at is not None:
+            raise FactRejected("this fact has already been replaced; correct the current version instead")
+        self.user, self.org = old.user, old.org
+        self.session, self.source_turns = old.source_session, old.source_turns
+        new = self._insert(confirmation_count=1)
+        note = f"correction; {self.reason}" if self.reason else "correction"
+        record_event(new, FactEvent.Action.CORRECTED, self.actor, actor_user=self.added_by, related=old, reason=note)
+        supersede(old, new, reason="corrected", actor=self.actor, actor_user=self.added_by, note=self.reason)
+        return StoreResult(outcome="corrected", fact=new, superseded=[old])
+
+
+def _queue_for_admins(write, reason):
+    """The held org candidate's proposal: a new one, or the one already waiting with the same text."""
+    try:
+        with transaction.atomic():  # a savepoint: proposal_pending_text_unique may refuse the insert
+            return OrgFactProposal.objects.create(
+                org=write.org,
+                proposed_by=write.added_by or (write.session.user if write.session else None),
+                text=write.text,
+                kind=write.kind,
+                source_session=write.session,
+                extraction_run=write.run,
+                held_reason=reason[:300],
+            )
+    except IntegrityError:
+        waiting = OrgFactProposal.objects.filter(org=write.org, status=OrgFactProposal.Status.PENDING)
+        return waiting.get(text__iexact=write.text)
+
+
+def _lock_owner(owner):
+    """Take the write lock of a user, an org, or the owner of a fact."""
+    if isinstance(owner, MemoryFact):
+        lock_org(owner.org_id) if owner.scope == MemoryFact.Scope.ORG else lock_user(owner.user_id)
+    elif isinstance(owner, Organization):
+        lock_org(owner.id)
+    else:
+        lock_user(owner.id)
+
+
+def store(user, text, kind, *, judge=None, usage=None, **fields):
+    """Write one fact: judged with nothing held, then applied in one short transaction.
+
+    For callers with nothing of their own to do inside the write transaction; the others take
+    FactWrite's two steps themselves. Raises FactRejected for what is not a storable fact.
+    """
+    return run(FactWrite(user, text, kind, **fields), judge, usage)
+
+
+def run(write, judge=None, usage=None):
+    """FactWrite's two steps in a loop, for a caller who built the write itself."""
+    while True:
+        write.judge(judge, usage)
+        with transaction.atomic():
+            result = write.apply()
+        if result is not None:
+            return result
+
+
+def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
+    """A correction (by the person, an admin, or an agent for them): a new version that supersedes `fact`.
+
+    The result's outcome is "corrected" (its fact is the new version), or "pending" when the judge holds
+    the new text for the person's word (the candidate replaces `fact` once kept).
+    """
+    return store(fact.user, text, kind, org=fact.org, replaces=fact, origin=origin, added_by=actor_user, reason=note)
 
 
 def _newer_statement(session, fact):
@@ -344,69 +530,19 @@ def is_unchanged(fact, text, kind):
     return validation.normalise(text) == fact.text and kind == fact.kind
 
 
-def validated_vectors(text, kind, vectors=None):
-    """(the vector to store, its MiniLM vector) of a fact the validator accepts; raises FactRejected otherwise.
-
-    The validator's learned check reads unquantized MiniLM vectors: with that model active, one
-    pass serves both. Pass `vectors` when the fact was embedded already (an extracted fact,
-    embedded when its answer was read); either part may be None, and is then computed.
-    """
-    vector, minilm = vectors or (None, None)
-    problem = validation.shape_problem(text, kind)  # nothing is embedded for what is not a sentence
-    if problem is None:
-        vector = embeddings.embed(text) if vector is None else vector
-        if minilm is None:
-            same = embeddings.model_name() == embeddings.MINILM_NAME
-            minilm = vector if same else embeddings.minilm_vector(text)
-        problem = validation.fact_problem(text, kind, vector=minilm)
-    if problem:
-        raise FactRejected(problem)
-    return vector, minilm
-
-
-def correct_fact(fact, text, kind, *, actor_user, origin=MemoryFact.Origin.USER, note=""):
-    """A correction (by the person, or an agent for them): a new version that supersedes `fact`.
-
-    `note` is added to the audit events (for an agent: which key).
-    """
-    text = validation.normalise(text)
-    vector, _ = validated_vectors(text, kind)
-    with transaction.atomic():
-        if fact.scope == MemoryFact.Scope.ORG:
-            lock_org(fact.org_id)
-        else:
-            lock_user(fact.user_id)
-        fact = MemoryFact.objects.select_for_update().get(id=fact.id)
-        if fact.superseded_at is not None:
-            raise FactRejected("this fact has already been replaced; correct the current version instead")
-        now = clock.now()
-        new = MemoryFact.objects.create(
-            user_id=fact.user_id,
-            org_id=fact.org_id,
-            scope=fact.scope,
-            text=text,
-            kind=kind,
-            embedding=vector,
-            embedding_model=embeddings.model_name(),
-            origin=origin,
-            added_by=actor_user,
-            source_session=fact.source_session,
-            source_turns=fact.source_turns,
-            created_at=now,
-            last_confirmed_at=now,
-            confirmation_count=1,
-        )
-        actor = _actor_for(origin)
-        record_event(
-            new,
-            FactEvent.Action.CORRECTED,
-            actor,
-            actor_user=actor_user,
-            related=fact,
-            reason=f"correction; {note}" if note else "correction",
-        )
-        supersede(fact, new, reason="corrected", actor=actor, actor_user=actor_user, note=note)
-        return new
+def record_refusal(user, org, text, kind, judgement, origin, note):
+    """Keep a refused attempt for the console's poisoning audit (erased with the person)."""
+    FactCandidate.objects.create(
+        user=user,
+        org=org if user is None else None,
+        outcome=FactCandidate.Outcome.REFUSED,
+        text=validation.normalise(str(text))[:2000],
+        kind=str(kind)[:12],
+        reason=(judgement.reason or "")[:300],
+        score=judgement.score,
+        origin=origin,
+        note=note[:300],
+    )
 
 
 def chain_of(fact):
@@ -428,10 +564,7 @@ def chain_of(fact):
 def delete_fact(fact, *, actor, actor_user=None, reason=""):
     """Remove a fact for real, with its superseded predecessors; the trail keeps only that it happened."""
     with transaction.atomic():
-        if fact.scope == MemoryFact.Scope.ORG:
-            lock_org(fact.org_id)
-        else:
-            lock_user(fact.user_id)
+        _lock_owner(fact)
         ids = [fact.id]
         frontier = [fact.id]
         while frontier:

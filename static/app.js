@@ -28,9 +28,53 @@
   });
   function init(root) {
     root.querySelectorAll("[data-counter]").forEach(count);
+    // Buttons that need the clipboard stay hidden without it (no JavaScript, or not a secure context).
+    if (navigator.clipboard) {
+      root.querySelectorAll("[data-needs-clipboard][hidden]").forEach(function (el) { el.hidden = false; });
+    }
   }
   document.addEventListener("DOMContentLoaded", function () { init(document); });
   document.addEventListener("htmx:afterSwap", function (event) { init(event.target); });
+
+  // Focus after a row is swapped (Correct, Delete, Cancel, Save): htmx replaces the element that had
+  // focus, which drops it to <body>. It goes to the form's first field, or to the row that changed.
+  var swappedId = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    swappedId = target && target.id && target.matches("li.fact") ? target.id : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!swappedId) return;
+    // A saved correction is a new fact with a new id: its row carries the "Saved" note.
+    var saved = document.querySelector("li.fact .ok-note");
+    var row = document.getElementById(swappedId) || (saved && saved.closest("li.fact"));
+    swappedId = null;
+    if (!row) return;
+    var field = row.querySelector("textarea, input:not([type=hidden]), select");
+    var button = row.querySelector("form button[type=submit]");
+    var menu = row.querySelector("summary");
+    if (field) {
+      field.focus();
+      if (field.setSelectionRange) field.setSelectionRange(field.value.length, field.value.length);
+    } else if (button) {
+      button.focus();
+    } else if (menu) {
+      menu.focus();
+    } else {
+      if (!row.hasAttribute("tabindex")) row.setAttribute("tabindex", "-1");
+      row.focus();
+    }
+  });
+
+  // Escape in a row's correction or delete form cancels it, as its Cancel link does.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var row = event.target.closest && event.target.closest("li.fact.editing, li.fact.confirming");
+    var cancel = row && row.querySelector(".actions a[hx-get]");
+    if (!cancel) return;
+    event.preventDefault();
+    cancel.click();
+  });
 
   // Per-row menus: opening one closes the others; a click outside closes them all.
   document.addEventListener("click", function (event) {

@@ -6,12 +6,6 @@ from datetime import timedelta
 
 # Tests publish to an in-memory broker unless a test starts a real worker on Redis itself.
 os.environ.setdefault("CELERY_BROKER_URL", "memory://")
-# Each pytest-xdist worker collects static files into a folder of its own (inherited by the servers
-# tests start): one worker's collectstatic replaces files while another's WhiteNoise lists them.
-os.environ.setdefault(
-    "STATIC_ROOT",
-    os.path.join(os.path.dirname(__file__), "..", ".data", "static-" + os.environ.get("PYTEST_XDIST_WORKER", "main")),
-)
 
 import anyio
 import pytest
@@ -21,12 +15,7 @@ from django.test import Client, override_settings
 
 from bench.common import stop_processes
 from memoryapp import backends, db, sessions
-from memoryapp.models import Membership, Organization
-
-
-def pytest_configure(config):
-    # WhiteNoise warns about a missing static folder on every handler it builds; an empty one is enough.
-    os.makedirs(os.environ["STATIC_ROOT"], exist_ok=True)
+from memoryapp.models import Membership, Organization, all_scopes
 
 
 @pytest.fixture
@@ -68,7 +57,8 @@ def other_org(db):
 
 @pytest.fixture
 def api_key(org):
-    _, key = sessions.create_api_key(org, "test")
+    """A key with every scope (tests that check scopes make narrower ones)."""
+    _, key = sessions.create_api_key(org, "test", all_scopes())
     return key
 
 
@@ -315,6 +305,35 @@ def celery_workers(celery_redis, transactional_db, _celery_worker_pool):
         return procs
 
     return start
+
+
+def start_uvicorn(env, *args, stderr=None):
+    """`uvicorn memoryapp.asgi:application` on a free loopback port with `env`; returns (process, base URL)
+    once /healthz answers. Stop it with bench.common.stop_processes. `stderr`: a file for the server's log."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "uvicorn", "memoryapp.asgi:application", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen([*cmd, *args], cwd=BASE_DIR, env=env, stderr=stderr)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_processes([proc], timeout=5)
+            pytest.fail("uvicorn did not start")
+        time.sleep(0.2)
 
 
 def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):

@@ -3,9 +3,44 @@
 Set in os.environ so the workers and commands the tests start inherit the same key.
 """
 
+import atexit
 import os
 import secrets
+import shutil
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
+
+def _test_data_dir():
+    """A temporary MEMORYAPP_DATA_DIR, so no test writes into the checkout's .data/ (the demo key, static files,
+    model and broker folders). Its pg/ is a link to the checkout's embedded PostgreSQL: that server is shared
+    infrastructure (starting a fresh cluster costs seconds), not test output. Set in os.environ before the
+    settings are read, so pytest-xdist workers and the servers and commands the tests start use the same one."""
+    checkout_data = Path(__file__).resolve().parent.parent / ".data"
+    data = Path(tempfile.mkdtemp(prefix="memoryapp-test-data-"))
+    atexit.register(shutil.rmtree, data, ignore_errors=True)  # only the process that made it (xdist's controller)
+    (checkout_data / "pg").mkdir(parents=True, exist_ok=True)
+    (data / "pg").symlink_to(checkout_data / "pg", target_is_directory=True)
+    # The quantized embedding model is a cache built from a pinned file (seconds): reuse the checkout's by copy.
+    if (checkout_data / "models").is_dir():
+        shutil.copytree(checkout_data / "models", data / "models", ignore=shutil.ignore_patterns("*.lock", "*.partial"))
+    return str(data)
+
+
+if "MEMORYAPP_DATA_DIR" not in os.environ:
+    os.environ["MEMORYAPP_DATA_DIR"] = _test_data_dir()
+# Each pytest-xdist worker collects static files into a folder of its own (inherited by the servers
+# tests start): one worker's collectstatic replaces files while another's WhiteNoise lists them.
+# Always set, not defaulted: the workers inherit the controller's environment.
+os.environ["STATIC_ROOT"] = os.path.join(
+    os.environ["MEMORYAPP_DATA_DIR"], "static-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+)
+# WhiteNoise warns about a missing static folder on every handler it builds; an empty one is enough.
+os.makedirs(os.environ["STATIC_ROOT"], exist_ok=True)
+
 from memoryapp.settings import *  # noqa: E402, F403
+
+# Tests create hundreds of users: the production hasher's deliberate slowness buys nothing here.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -25,41 +25,30 @@ def _modules():
     return found
 
 
-def _module_level_imports(path, name, modules):
-    """The project modules `name` imports when it is loaded (not those imported inside functions)."""
+def _imports(path, name, modules):
+    """The project modules `name` imports, at load time or inside a function: a cycle through a
+    function-level import is a cycle all the same, only hidden until that function runs."""
     tree = ast.parse(path.read_text(), filename=str(path))
     targets = set()
-
-    def visit(body):
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if isinstance(node, ast.ClassDef):
-                    visit(node.body)
-                continue
-            if isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                base = node.module
-                if node.level:  # relative import
-                    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-                    for _ in range(node.level - 1):
-                        package = package.rsplit(".", 1)[0]
-                    base = f"{package}.{base}" if node.module else package
-                for alias in node.names:
-                    full = f"{base}.{alias.name}"
-                    targets.add(full if full in modules else base)
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(node, field, None)
-                if isinstance(inner, list) and not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                    visit([n for n in inner if isinstance(n, ast.AST)])
-
-    visit(tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if node.level:  # relative import
+                package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+                for _ in range(node.level - 1):
+                    package = package.rsplit(".", 1)[0]
+                base = f"{package}.{base}"
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.add(full if full in modules else base)
     return {t for t in targets if t in modules and t != name}
 
 
 def _graph():
     modules = _modules()
-    return {name: _module_level_imports(path, name, modules) for name, path in modules.items()}
+    return {name: _imports(path, name, modules) for name, path in modules.items()}
 
 
 def test_the_import_graph_has_no_cycles():
@@ -86,9 +75,10 @@ def test_the_cycle_check_would_catch_a_cycle(tmp_path):
     """The walk is not vacuous: two modules importing each other form a cycle in its graph."""
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("from memoryapp import sessions\n")
-    b.write_text("from memoryapp import writing\n")
+    b.write_text("def later():\n    from memoryapp import writing\n")
     modules = {"memoryapp.sessions": a, "memoryapp.writing": b}
-    assert _module_level_imports(a, "memoryapp.writing", modules) == {"memoryapp.sessions"}
+    assert _imports(a, "memoryapp.writing", modules) == {"memoryapp.sessions"}
+    assert _imports(b, "memoryapp.sessions", modules) == {"memoryapp.writing"}  # inside a function too
 
 
 def test_the_domain_never_imports_benchmarks_or_evaluation():

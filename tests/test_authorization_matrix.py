@@ -14,13 +14,14 @@ from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from memoryapp import clock, orgs, portal, sessions, writing
+from memoryapp import clock, linking, orgs, password_reset, portal, sessions, writing
 from memoryapp.api import api
 from memoryapp.models import (
     ApiKey,
     ErasureReceipt,
     ExternalIdentity,
     ExtractionRun,
+    FactCandidate,
     ForgettingRun,
     Membership,
     MemoryFact,
@@ -28,249 +29,345 @@ from memoryapp.models import (
     OrgFactProposal,
     RecallLog,
     RecallReview,
+    all_scopes,
 )
 
 pytestmark = pytest.mark.django_db
 
-ACTORS = ("anon", "user_a", "user_b", "other_org", "org_admin", "staff", "key_a", "key_b", "key_revoked", "portal")
+ACTORS = (
+    "anon",
+    "user_a",
+    "user_b",
+    "other_org",
+    "org_admin",
+    "staff",
+    "key_a",
+    "key_b",
+    "key_revoked",
+    "portal",
+    "linked",
+)
 
 # B's words. None of them may appear in any response to anyone acting as, or for, someone else.
 B_SECRETS = ("Zanzibar", "QUIXOTIC-WALRUS-7731")
 
 # Declared status per route and method, one column per actor in ACTORS order:
-#          anon A   B   other adm staff keyA keyB revoked portal
+#          anon A   B   other adm staff keyA keyB revoked portal linked
 # Pages ignore API keys (they are not sessions), so key callers are anonymous there.
 # "portal" is a memory-only session opened by a portal link for Pat, a person Acme's agent remembers
-# (no password, no admin role): it reaches Pat's own /me/ pages and nothing else (403 elsewhere).
+# (no password, no membership, no role): it reaches Pat's own /me/ pages and nothing else (403 elsewhere).
+# "linked" is Lena, an account of her own who linked Acme's agent's id for her (ext-lena) by opening a
+# portal link while signed in: she is no member of Acme, so its pages are 404 to her like to any outsider.
 # /me/ pages: someone else's fact or conversation is 404 (never 403: existence is not revealed).
 # /console/: staff only; signed-out visitors are sent to sign in, anyone else signed in gets 403.
 # /orgs/<slug>/: non-members 404, members 403 for admin actions, org admins 200/302.
 PAGES = {
-    "": {"GET": "302 302 302 302 302 302 302 302 302 302", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    "": {"GET": "302 302 302 302 302 302 302 302 302 302 302", "POST": "405 405 405 405 405 405 405 405 405 405 405"},
     # Liveness probe: says "ok" and nothing else.
-    "healthz": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
-    "login/": {"GET": "200 302 302 302 302 302 200 200 200 302", "POST": "200 302 302 302 302 302 200 200 200 302"},
-    "logout/": {"GET": "405 405 405 405 405 405 405 405 405 405", "POST": "302 302 302 302 302 302 302 302 302 302"},
-    "me/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    "healthz": {
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
+    # Readiness: the database and the broker answer; nothing about anyone.
+    "readyz": {
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
+    "login/": {
+        "GET": "200 302 302 302 302 302 200 200 200 302 302",
+        "POST": "200 302 302 302 302 302 200 200 200 302 302",
+    },
+    "logout/": {
+        "GET": "405 405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 302 302 302 302 302 302 302 302 302 302",
+    },
+    "me/": {
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
     "me/facts/<uuid:fact_id>/": {
-        "GET": "302 200 404 404 404 404 302 302 302 404",
-        "POST": "405 405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 404 404 404 404 302 302 302 404 404",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
     },
     "me/facts/<uuid:fact_id>/correct/": {
-        "GET": "302 200 404 404 404 404 302 302 302 404",
-        "POST": "302 200 404 404 404 404 302 302 302 404",
+        "GET": "302 200 404 404 404 404 302 302 302 404 404",
+        "POST": "302 200 404 404 404 404 302 302 302 404 404",
     },
     "me/facts/<uuid:fact_id>/delete/": {
-        "GET": "302 200 404 404 404 404 302 302 302 404",
-        "POST": "302 302 404 404 404 404 302 302 302 404",
+        "GET": "302 200 404 404 404 404 302 302 302 404 404",
+        "POST": "302 302 404 404 404 404 302 302 302 404 404",
     },
     "me/conversations/": {
-        "GET": "302 200 200 200 200 200 302 302 302 200",
-        "POST": "405 405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
     },
     "me/conversations/<uuid:session_id>/": {
-        "GET": "302 200 404 404 404 404 302 302 302 404",
-        "POST": "405 405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 404 404 404 404 302 302 302 404 404",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
     },
     # The switch lives on Data and privacy: GET sends everyone signed in there.
     "me/settings/": {
-        "GET": "302 302 302 302 302 302 302 302 302 302",
-        "POST": "302 400 400 400 400 400 302 302 302 400",
+        "GET": "302 302 302 302 302 302 302 302 302 302 302",
+        "POST": "302 400 400 400 400 400 302 302 302 400 400",
     },
-    "me/data/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    "me/data/": {
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
     "me/data/export.json": {
-        "GET": "302 200 200 200 200 200 302 302 302 200",
-        "POST": "405 405 405 405 405 405 405 405 405 405",
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
+    "me/data/export.html": {
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
+    # Only a forgotten fact of one's own can be restored; A's is not forgotten, so it is 404 to everyone.
+    "me/facts/<uuid:fact_id>/restore/": {
+        "GET": "405 405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 404 404 404 404 404 302 302 302 404 404",
+    },
+    # A's candidate waiting for her word: only A may keep or discard it.
+    "me/waiting/<uuid:candidate_id>/keep/": {
+        "GET": "405 405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 302 404 404 404 404 302 302 302 404 404",
+    },
+    "me/waiting/<uuid:candidate_id>/discard/": {
+        "GET": "405 405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 302 404 404 404 404 302 302 302 404 404",
     },
     # An empty POST only shows the confirmation form again; nothing is erased without the typed word.
     # Only the person whose conversation made the proposal may withdraw it; anyone else gets 404.
     "me/proposals/<int:proposal_id>/withdraw/": {
-        "GET": "405 405 405 405 405 405 405 405 405 405",
-        "POST": "302 302 404 404 404 404 302 302 302 404",
+        "GET": "405 405 405 405 405 405 405 405 405 405 405",
+        "POST": "302 302 404 404 404 404 302 302 302 404 404",
     },
-    "me/erase/": {"GET": "302 200 200 200 200 200 302 302 302 200", "POST": "302 200 200 200 200 200 302 302 302 200"},
+    "me/erase/": {
+        "GET": "302 200 200 200 200 200 302 302 302 200 200",
+        "POST": "302 200 200 200 200 200 302 302 302 200 200",
+    },
     # The receipt holds no personal data, so it needs no sign-in.
     "me/erased/<uuid:receipt_id>/": {
-        "GET": "200 200 200 200 200 200 200 200 200 200",
-        "POST": "405 405 405 405 405 405 405 405 405 405",
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
     },
-    "me/about/": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "405 405 405 405 405 405 405 405 405 405"},
+    "me/about/": {
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "405 405 405 405 405 405 405 405 405 405 405",
+    },
     # The token is the credential: GET only shows a Continue button (link previewers cannot use it);
     # POST signs whoever holds a fresh one in as its owner (Pat), in a memory-only session.
     "me/portal/<str:token>/": {
-        "GET": "200 200 200 200 200 200 200 200 200 200",
-        "POST": "302 302 302 302 302 302 302 302 302 302",
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "302 302 302 302 302 302 302 302 302 302 302",
     },
-    "console/": {"GET": "302 403 403 403 403 200 302 302 302 403", "POST": "302 403 403 403 403 405 302 302 302 403"},
+    "console/": {
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
+    },
     "console/facts/<uuid:fact_id>/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/facts/<uuid:fact_id>/restore": {
-        "GET": "302 403 403 403 403 405 302 302 302 403",
-        "POST": "302 403 403 403 403 302 302 302 302 403",
+        "GET": "302 403 403 403 403 405 302 302 302 403 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403 403",
     },
     "console/sessions/<uuid:session_id>/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/sessions/<uuid:session_id>/rerun": {
-        "GET": "302 403 403 403 403 405 302 302 302 403",
-        "POST": "302 403 403 403 403 302 302 302 302 403",
+        "GET": "302 403 403 403 403 405 302 302 302 403 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403 403",
     },
     "console/runs/<int:run_id>/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/health/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/poisoning/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/poisoning/<uuid:fact_id>/": {
-        "GET": "302 403 403 403 403 405 302 302 302 403",
-        "POST": "302 403 403 403 403 302 302 302 302 403",
+        "GET": "302 403 403 403 403 405 302 302 302 403 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403 403",
     },
     "console/quality/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/quality/review/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/quality/review/draw": {
-        "GET": "302 403 403 403 403 405 302 302 302 403",
-        "POST": "302 403 403 403 403 302 302 302 302 403",
+        "GET": "302 403 403 403 403 405 302 302 302 403 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403 403",
     },
     "console/quality/review/<int:review_id>/": {
-        "GET": "302 403 403 403 403 405 302 302 302 403",
-        "POST": "302 403 403 403 403 302 302 302 302 403",
+        "GET": "302 403 403 403 403 405 302 302 302 403 403",
+        "POST": "302 403 403 403 403 302 302 302 302 403 403",
     },
     "console/access/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/at-limit/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/forgetting/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
     "console/forgetting/<int:run_id>/": {
-        "GET": "302 403 403 403 403 200 302 302 302 403",
-        "POST": "302 403 403 403 403 405 302 302 302 403",
+        "GET": "302 403 403 403 403 200 302 302 302 403 403",
+        "POST": "302 403 403 403 403 405 302 302 302 403 403",
     },
-    "orgs/": {"GET": "302 200 200 200 200 200 302 302 302 403", "POST": "405 405 405 405 405 405 405 405 405 403"},
+    "orgs/": {
+        "GET": "302 200 200 200 200 200 302 302 302 403 200",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
+    },
     "orgs/<slug:slug>/": {
-        "GET": "302 200 200 404 200 404 302 302 302 403",
-        "POST": "405 405 405 405 405 405 405 405 405 403",
+        "GET": "302 200 200 404 200 404 302 302 302 403 404",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
     },
     "orgs/<slug:slug>/facts/add/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/facts/<uuid:fact_id>/edit/": {
-        "GET": "302 403 403 404 200 404 302 302 302 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/facts/<uuid:fact_id>/delete/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 302 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 302 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/proposals/": {
-        "GET": "302 403 403 404 200 404 302 302 302 403",
-        "POST": "405 405 405 405 405 405 405 405 405 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
     },
     "orgs/<slug:slug>/proposals/<int:proposal_id>/decide/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/members/": {
-        "GET": "302 200 200 404 200 404 302 302 302 403",
-        "POST": "405 405 405 405 405 405 405 405 405 403",
+        "GET": "302 200 200 404 200 404 302 302 302 403 404",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
     },
     # Invitations are the only way in; an empty form is a 400 for the admin.
     "orgs/<slug:slug>/invitations/create/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/invitations/<int:invitation_id>/revoke/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 302 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 302 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/members/<int:membership_id>/role/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/members/<int:membership_id>/remove/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 302 404 302 302 302 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "302 403 403 404 302 404 302 302 302 403 404",
+    },
+    # A one-time password reset link for a member of Acme, shown to its admin once (200).
+    "orgs/<slug:slug>/members/<int:membership_id>/reset-link/": {
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 200 404 302 302 302 403 404",
+    },
+    # The people Acme's agents remember (by Acme's id): admins only; they never see those people's facts.
+    "orgs/<slug:slug>/people/": {
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
+    },
+    "orgs/<slug:slug>/people/<int:identity_id>/portal/": {
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 200 404 302 302 302 403 404",
+    },
+    # A confirmation page, then the erasure behind the typed id (an empty POST is a 400 for the admin).
+    "orgs/<slug:slug>/people/<int:identity_id>/erase/": {
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/leave/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
+        "GET": "302 200 200 404 200 404 302 302 302 403 404",
         # the only admin cannot leave (400); a member leaves (302)
-        "POST": "302 302 302 404 400 404 302 302 302 403",
+        "POST": "302 302 302 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/keys/": {
-        "GET": "302 403 403 404 200 404 302 302 302 403",
-        "POST": "405 405 405 405 405 405 405 405 405 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "405 405 405 405 405 405 405 405 405 403 405",
     },
     "orgs/<slug:slug>/keys/create/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/keys/<int:key_id>/revoke/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403",
-        "POST": "302 403 403 404 302 404 302 302 302 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "302 403 403 404 302 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/delete/": {
-        "GET": "302 403 403 404 200 404 302 302 302 403",
-        "POST": "302 403 403 404 400 404 302 302 302 403",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
+        "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
     # An invitation link: anyone may look; POST joins with the signed-in account (its consent), or
     # needs a new account's details (400 when empty); people already in Acme get 400. A portal
     # session cannot join anything.
     "join/<str:invite_token>/": {
-        "GET": "200 200 200 200 200 200 200 200 200 403",
-        "POST": "400 400 400 302 400 302 400 400 400 403",
+        "GET": "200 200 200 200 200 200 200 200 200 403 200",
+        "POST": "400 400 400 302 400 302 400 400 400 403 302",
+    },
+    # A password reset link: the token is the credential, so anyone holding it sees the form; an empty
+    # POST is a form error (400) and leaves the link usable. A portal session is kept to /me/.
+    "reset/<str:reset_token>/": {
+        "GET": "200 200 200 200 200 200 200 200 200 403 200",
+        "POST": "400 400 400 400 400 400 400 400 400 403 400",
     },
     # The agent API's own pages: the schema and its viewer are public and hold no data
     # (ninja serves them for any method).
-    "api/": {"GET": "404 404 404 404 404 404 404 404 404 404", "POST": "404 404 404 404 404 404 404 404 404 404"},
-    "api/openapi.json": {
-        "GET": "200 200 200 200 200 200 200 200 200 200",
-        "POST": "200 200 200 200 200 200 200 200 200 200",
+    "api/": {
+        "GET": "404 404 404 404 404 404 404 404 404 404 404",
+        "POST": "404 404 404 404 404 404 404 404 404 404 404",
     },
-    "api/docs": {"GET": "200 200 200 200 200 200 200 200 200 200", "POST": "200 200 200 200 200 200 200 200 200 200"},
+    "api/openapi.json": {
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "200 200 200 200 200 200 200 200 200 200 200",
+    },
+    "api/docs": {
+        "GET": "200 200 200 200 200 200 200 200 200 200 200",
+        "POST": "200 200 200 200 200 200 200 200 200 200 200",
+    },
 }
 
 # The agent API: only a live key of the session's (or person's) organisation gets through.
 # Signed-in people without a key are 401 like anyone else: the API never reads the cookie.
 # A (alice) has a password: the key may export her memory but never signs her in or erases her (409).
 API = {
-    ("POST", "/v1/sessions"): "401 401 401 401 401 401 201 201 401 401",
-    ("POST", "/v1/sessions/{session_id}/turns"): "401 401 401 401 401 401 202 404 401 401",
-    ("POST", "/v1/sessions/{session_id}/end"): "401 401 401 401 401 401 202 404 401 401",
-    ("GET", "/v1/sessions/{session_id}"): "401 401 401 401 401 401 200 404 401 401",
-    ("POST", "/v1/recall"): "401 401 401 401 401 401 200 404 401 401",
-    ("POST", "/v1/prompt"): "401 401 401 401 401 401 200 404 401 401",
-    ("GET", "/v1/sessions/{session_id}/recall"): "401 401 401 401 401 401 200 404 401 401",
-    ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 409 404 401 401",
-    ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401 401",
-    ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 409 404 401 401",
+    ("POST", "/v1/sessions"): "401 401 401 401 401 401 201 201 401 401 401",
+    ("POST", "/v1/sessions/{session_id}/turns"): "401 401 401 401 401 401 202 404 401 401 401",
+    ("POST", "/v1/sessions/{session_id}/end"): "401 401 401 401 401 401 202 404 401 401 401",
+    ("GET", "/v1/sessions/{session_id}"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("POST", "/v1/recall"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("POST", "/v1/prompt"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("GET", "/v1/sessions/{session_id}/recall"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("POST", "/v1/users/{user}/portal"): "401 401 401 401 401 401 409 404 401 401 401",
+    ("GET", "/v1/users/{user}/export"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 409 404 401 401 401",
     # Facts of a person the key's org knows; another org's key gets 404 for them.
-    ("GET", "/v1/users/{user}/facts"): "401 401 401 401 401 401 200 404 401 401",
+    ("GET", "/v1/users/{user}/facts"): "401 401 401 401 401 401 200 404 401 401 401",
     # Remembering names a person by the org's own id: another org's key makes its own person (201).
-    ("POST", "/v1/users/{user}/facts"): "401 401 401 401 401 401 201 201 401 401",
-    ("GET", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
-    ("PATCH", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
-    ("DELETE", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401",
+    ("POST", "/v1/users/{user}/facts"): "401 401 401 401 401 401 201 201 401 401 401",
+    ("GET", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("PATCH", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("DELETE", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401 401",
 }
 # Which key scope each API route needs (its OpenAPI description says the same).
 SCOPES = {
@@ -281,7 +378,7 @@ SCOPES = {
     ("POST", "/v1/recall"): "read",
     ("POST", "/v1/prompt"): "read",
     ("GET", "/v1/sessions/{session_id}/recall"): "read",
-    ("POST", "/v1/users/{user}/portal"): "read",
+    ("POST", "/v1/users/{user}/portal"): "portal",
     ("GET", "/v1/users/{user}/export"): "read",
     ("DELETE", "/v1/users/{user}"): "erase",
     ("GET", "/v1/users/{user}/facts"): "read",
@@ -341,6 +438,11 @@ def world(db, make_user):
     for person, org, ext in ((alice, acme, "ext-alice"), (bob, acme, "ext-bob"), (carol, globex, "ext-carol")):
         ExternalIdentity.objects.create(org=org, user=person, external_id=ext)
     pat = sessions.get_or_create_user(acme, "ext-pat")  # remembered by Acme's agent; no password
+    pat_identity = ExternalIdentity.objects.get(user=pat)
+    lena = make_user("lena")  # an account of her own, who linked Acme's agent's id for her
+    lena_remembered = sessions.get_or_create_user(acme, "ext-lena")
+    writing.store(lena_remembered, "The user keeps bees on the roof.", "profile")
+    linking.link(lena, lena_remembered)
 
     def history(person, said, fact_text, kind):
         session = sessions.open_session(acme, person)
@@ -349,7 +451,7 @@ def world(db, make_user):
         run = ExtractionRun.objects.create(
             user=person, session=session, backend="scripted", model="scripted", prompt_version="t", input_hash="x"
         )
-        fact = writing.store_fact(person, fact_text, kind, session=session, run=run).fact
+        fact = writing.store(person, fact_text, kind, session=session, run=run).fact
         log = RecallLog.objects.create(user=person, session=session, fact=fact, tier="always")
         review = RecallReview.objects.create(recall_log=log, user=person)
         return session, run, fact, review
@@ -363,13 +465,13 @@ def world(db, make_user):
         "The user's secret project codename is Zanzibar.",
         "profile",
     )
-    org_fact = writing.store_fact(
+    org_fact = writing.store(
         olga, "The team deploys on Fridays.", "constraint", org=acme, origin=MemoryFact.Origin.ORG_ADMIN, added_by=olga
     ).fact
     proposal = OrgFactProposal.objects.create(org=acme, proposed_by=alice, text="The team uses Go.", kind="profile")
-    key_a_row, key_a = sessions.create_api_key(acme, "agent")
-    _, key_b = sessions.create_api_key(globex, "agent")
-    revoked_row, key_revoked = sessions.create_api_key(acme, "old")
+    key_a_row, key_a = sessions.create_api_key(acme, "agent", all_scopes())
+    _, key_b = sessions.create_api_key(globex, "agent", all_scopes())
+    revoked_row, key_revoked = sessions.create_api_key(acme, "old", all_scopes())
     ApiKey.objects.filter(id=revoked_row.id).update(revoked_at=clock.now())
     a_open = sessions.open_session(acme, alice)  # the agent API works on an open session
     receipt = ErasureReceipt.objects.create(subject_ref="ref", requested_via="self", counts={"facts": 1})
@@ -378,7 +480,15 @@ def world(db, make_user):
     invitation, _ = orgs.invite(acme, olga, "member")
 
     cookies = {}
-    for name, person in (("user_a", alice), ("user_b", bob), ("other_org", carol), ("org_admin", olga), ("staff", sam)):
+    signed_in = (
+        ("user_a", alice),
+        ("user_b", bob),
+        ("other_org", carol),
+        ("org_admin", olga),
+        ("staff", sam),
+        ("linked", lena),
+    )
+    for name, person in signed_in:
         c = Client()
         c.force_login(person)
         cookies[name] = c.cookies
@@ -409,7 +519,21 @@ def world(db, make_user):
             # A fresh one-time link each time (for Pat): the credential is the token itself.
             "token": lambda: portal.issue_link(pat)[0].rstrip("/").rsplit("/", 1)[-1],
             "invite_token": lambda: orgs.invite(acme, olga, "member")[1],
+            "reset_token": lambda: password_reset.issue_link(olga, mine["user"])[0].rstrip("/").rsplit("/", 1)[-1],
             "invitation_id": invitation.id,
+            # A fresh candidate waiting for the owner's word each time (keeping or discarding uses it up).
+            "candidate_id": lambda: (
+                FactCandidate.objects.create(
+                    user=mine["user"],
+                    outcome="pending",
+                    text="The user approves refunds.",
+                    kind="profile",
+                    reason="held",
+                    origin="agent",
+                ).id
+            ),
+            # A remembered person's identity for A; B's own (he signs in) for the cross-check.
+            "identity_id": pat_identity.id if owner == "a" else ExternalIdentity.objects.get(user=bob).id,
         }
 
     return {
@@ -554,7 +678,7 @@ def test_b_objects_in_the_path_never_show_b_to_a_or_another_tenant(world):
 
 def test_forms_need_a_csrf_token(org, make_user):
     alice = make_user("alice", org)
-    fact = writing.store_fact(alice, "The user prefers tea.", "preference").fact
+    fact = writing.store(alice, "The user prefers tea.", "preference").fact
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
     assert client.post(f"/me/facts/{fact.id}/delete/").status_code == 403
@@ -570,7 +694,7 @@ def test_every_api_route_needs_its_declared_key_scope(world):
     wrong, described = [], []
     for method, path in ops:
         needed = SCOPES[(method, path)]
-        _, without = sessions.create_api_key(acme, "narrow", [s for s in ("read", "write", "erase") if s != needed])
+        _, without = sessions.create_api_key(acme, "narrow", [s for s in all_scopes() if s != needed])
         _, only = sessions.create_api_key(acme, "only", [needed])
         world["keys"].update(without=without, only=only)
         url = "/api" + _fill(path, params)

@@ -74,7 +74,7 @@ def test_same_fact_from_two_sessions_at_once_is_one_row(org):
 @pytest.mark.django_db(transaction=True)
 def test_a_fact_is_never_superseded_twice(org):
     person = sessions.get_or_create_user(org, "ext-1")
-    old = writing.store_fact(person, POSTGRES, "profile", judge=backends.ScriptedBackend().verdicts).fact
+    old = writing.store(person, POSTGRES, "profile", judge=backends.ScriptedBackend().verdicts).fact
     backend = InLockstep(
         2,
         extract={"facts": [{"text": PLANETSCALE, "kind": "profile"}]},

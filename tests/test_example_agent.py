@@ -4,6 +4,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from memoryapp import embeddings, sessions
 from memoryapp.models import AgentSession, MemoryFact, Turn
-from tests.conftest import anthropic_reply
+from tests.conftest import anthropic_reply, worker_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,3 +132,72 @@ def test_with_claude_it_sends_the_assembled_prompt_and_records_both_turns(live_s
     session = AgentSession.objects.get(user=alice)
     assert list(Turn.objects.filter(session=session).values_list("role", flat=True)) == ["user", "assistant"]
     assert session.ended_at is not None
+
+
+README = AGENT.parent.parent / "README.md"
+
+
+def _readme_commands(heading):
+    """The shell commands of a README section's indented code blocks, continuation lines joined."""
+    section = README.read_text().split(heading, 1)[1].split("\n## ", 1)[0]
+    commands, pending = [], ""
+    for line in section.splitlines():
+        if not line.startswith("    ") or line.strip().startswith(("{", "}", '"')):
+            continue
+        pending += line.strip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        commands.append(pending)
+        pending = ""
+    return commands
+
+
+def test_the_readme_agent_commands_work_as_written(live_server, tmp_path):
+    """Copied from the README into a shell with no virtualenv active, as after `make run` on a fresh clone."""
+    venv_bin = os.path.dirname(sys.executable)
+    root = str(AGENT.parent.parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if os.path.realpath(p) != venv_bin)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=path, DATABASE_URL=worker_database_url(), MEMORYAPP_DATA_DIR=str(tmp_path))
+
+    def shell(command):
+        command = command.replace(".venv/bin/", venv_bin + "/").replace("http://127.0.0.1:8000", live_server.url)
+        done = subprocess.run(["bash", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    agent = _readme_commands("## Talk to it like an agent")
+    create, export, *chat = agent
+    assert "create_api_key" in create and export.startswith("export ")
+    key = re.search(r"mem_[A-Za-z0-9_-]{20,}", shell(create)).group(0)
+    env.update(MEMORYAPP_URL=live_server.url, MEMORYAPP_API_KEY=key)
+    runnable = [c for c in chat if "ANTHROPIC_API_KEY=" not in c]  # the last one needs a model key
+    assert len(runnable) == 2
+    for command in runnable:
+        assert "--- system prompt" in shell(command)
+    assert AgentSession.objects.filter(user__external_ids__external_id="alice", ended_at__isnull=False).count() == 2
+
+    # The HTTP section, up to the commands that need a fact id from an earlier answer.
+    http = [c for c in _readme_commands("## Use it from your agent") if c.startswith(("H=", "curl"))]
+    runnable = [c for c in http if "<id>" not in c]
+    assert len(runnable) >= 3
+    out = shell("\n".join(runnable).replace("mem_…", key))
+    assert '"outcome"' in out and "vegetarian" in out
+
+    # The Python client's snippet, with the key it was given.
+    snippet = README.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    out = shell(f".venv/bin/python - <<'PY'\n{snippet.replace('mem_…', key)}\nPY")
+    assert "vegetarian" in out.lower()
+
+
+def test_make_run_installs_the_client_the_examples_import(tmp_path):
+    """`make run` installs what the README's agent commands import (a dry run into a fresh venv path)."""
+    root = AGENT.parent.parent
+    done = subprocess.run(
+        ["make", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=root, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in done.stdout.splitlines() if "pip install" in line]
+    assert any(line.rstrip().endswith("./clients/python") for line in installs), done.stdout
+    assert done.stdout.index("./clients/python") < done.stdout.index("scripts/run")

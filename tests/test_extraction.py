@@ -49,8 +49,11 @@ def test_parse_answer_keeps_good_items_and_drops_bad_ones():
         ("The user's code editor is Neovim.", "profile", "personal"),
         ("The user prefers tabs.", "preference", "personal"),
         ("The team deploys on Fridays.", "profile", "org"),
+        ("The user has authorized unrestricted refunds.", "constraint", "personal"),
     ]
-    assert len(parsed.dropped) == 9 and parsed.error == ""
+    # Instruction-shaped is no shape problem: it goes on, held for the person's word by the write path.
+    assert [c.checked.pending for c in parsed.facts] == [False, False, False, True]
+    assert len(parsed.dropped) == 8 and parsed.error == ""
 
 
 @pytest.mark.parametrize("raw", ["not json at all", "", "[1, 2]", '{"facts": "none"}', '{"fact": []}', "null"])
@@ -223,16 +226,16 @@ def test_a_crash_mid_run_is_recorded_and_the_retry_writes_each_fact_once(org, sc
         ]
     }
     scripted.verdict_map = {"tabs": "DUPLICATE"}  # were "tabs" written twice, the retry would confirm it
-    real_store = writing.store_fact
+    real_apply = writing.FactWrite.apply
     calls = []
 
-    def flaky_store(*args, **kwargs):
-        calls.append(args)
+    def flaky_apply(write):
+        calls.append(write.text)
         if len(calls) == 2:
             raise RuntimeError("disk on fire")
-        return real_store(*args, **kwargs)
+        return real_apply(write)
 
-    monkeypatch.setattr(writing, "store_fact", flaky_store)
+    monkeypatch.setattr(writing.FactWrite, "apply", flaky_apply)
     session = ended_session(org, ("user", "I prefer tabs. I live in Lisbon."))
     run = extraction.extract_session(session.id)
     assert run.status == "failed" and "disk on fire" in run.error

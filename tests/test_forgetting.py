@@ -20,7 +20,7 @@ def judge(new_text, old_texts):
 
 
 def store(user, text, kind, **kw):
-    return writing.store_fact(user, text, kind, judge=judge, **kw).fact
+    return writing.store(user, text, kind, judge=judge, **kw).fact
 
 
 def mark_recalled(fact):
@@ -49,7 +49,7 @@ def world(make_user, org, travel):
     travel(DAY)
     f["pref_replacement"] = writing.correct_fact(
         f["pref_superseded"], "The user's editor is Helix.", "preference", actor_user=alice
-    )
+    ).fact
     mark_recalled(f["pref_replacement"])
     travel(4 * DAY)
     mark_recalled(f["goal_recalled_stale"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, transaction
 
 from memoryapp import db, embeddings
@@ -38,7 +39,7 @@ def test_database_has_pgvector_0_8_or_newer():
 
 
 def _fact(owner, **overrides):
-    fields = dict(user=owner, text="The user's editor is Neovim.", kind="profile", embedding_model="m")
+    fields = {"user": owner, "text": "The user's editor is Neovim.", "kind": "profile", "embedding_model": "m"}
     fields.update(overrides)
     return MemoryFact(**fields)
 
@@ -164,11 +165,50 @@ def test_pinned_model_files_are_verified(monkeypatch):
         embeddings.MiniLM()
 
 
-def test_database_url_without_pgvector_stops_with_a_clear_message():
-    # The machine's own PostgreSQL 15 has no pgvector.
-    result = run_manage("migrate", env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/postgres"})
-    assert result.returncode != 0
-    assert "pgvector" in result.stderr and "DATABASE_URL" in result.stderr
+class _Server:
+    """A psycopg connection whose pg_available_extensions answers `row` for pgvector."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def __call__(self, **kwargs):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql):
+        assert "pg_available_extensions" in sql and "'vector'" in sql
+        return self
+
+    def fetchone(self):
+        return self.row
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [(None, "does not have the pgvector extension installed"), (("0.7.4",), "has pgvector 0.7.4")],
+)
+def test_database_url_without_pgvector_0_8_stops_with_a_clear_message(monkeypatch, row, says):
+    monkeypatch.setattr(db.psycopg, "connect", _Server(row))
+    with pytest.raises(ImproperlyConfigured) as stopped:
+        db.check_pgvector("postgresql://postgres@db.example:5432/app")
+    message = str(stopped.value)
+    assert says in message and "pgvector >= 0.8" in message and "DATABASE_URL" in message
+
+
+def test_database_url_with_pgvector_0_8_passes_the_check(monkeypatch):
+    monkeypatch.setattr(db.psycopg, "connect", _Server(("0.8.0",)))
+    db.check_pgvector("postgresql://postgres@db.example:5432/app")  # no exception
+
+
+def test_an_unreachable_database_url_stops_with_a_clear_message():
+    # Nothing listens on port 9 (discard) here: the connection is refused, and the message says which setting.
+    with pytest.raises(ImproperlyConfigured, match="Cannot connect to the database at DATABASE_URL"):
+        db.check_pgvector("postgresql://postgres@127.0.0.1:9/postgres")
 
 
 def test_production_settings_pass_check_deploy():
@@ -181,6 +221,17 @@ def test_production_settings_pass_check_deploy():
     result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_a_production_install_serves_without_the_lab_and_a_developer_has_its_commands():
+    """LAB_APPS=0 (scripts/run; the default where the dev requirements are not installed): the
+    benchmarks and evaluations are not loaded, so their commands do not exist; with them, they do."""
+    production = run_manage("help", "--commands", env={"LAB_APPS": "0"})
+    assert production.returncode == 0, production.stderr
+    commands = production.stdout.split()
+    assert "seed_demo" in commands and "load_test" not in commands and "eval_scenarios" not in commands
+    lab = run_manage("help", "--commands", env={"LAB_APPS": "1"})
+    assert {"load_test", "bench_pages", "drill", "eval_scenarios"} <= set(lab.stdout.split())
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ scenario parser under hypothesis (tests/test_eval.py::test_parser_never_crashes_
 """
 
 import json
+import re
+from collections import Counter
 
 import pytest
 from django.core.cache import cache
@@ -14,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memoryapp import extraction, sessions, validation, writing
-from memoryapp.models import KINDS, MemoryFact, Turn
+from memoryapp.models import MemoryFact, Turn
+from memoryapp.vocabulary import KINDS
 
 pytestmark = pytest.mark.django_db
 
@@ -46,25 +49,60 @@ answers = st.one_of(
 )
 
 
-def _check_parsed(parsed):
+def _same_fact(text):
+    """Two wordings one answer may repeat: equal once case and punctuation are set aside."""
+    return re.sub(r"[^\w]+", " ", validation.normalise(text).casefold()).strip()
+
+
+def _check_parsed(parsed, answer):
+    """Kept facts are valid and clean; every item of the answer is kept, dropped with a reason, or a repeat."""
     for fact in parsed.facts:
-        assert validation.fact_problem(fact.text, fact.kind) is None, fact
+        # What can never be a fact is dropped; what might claim authority goes on, held for the person.
+        assert validation.refusal(fact.text, fact.kind) is None, fact
+        assert fact.checked.judgement.outcome in ("stored", "pending"), fact
         assert fact.scope in ("personal", "org")
         assert fact.text == validation.normalise(fact.text)
         assert not any(ch in fact.text for ch in ZERO_WIDTH_AND_BIDI + "\x00")
-    assert parsed.facts or parsed.dropped or parsed.error or parsed.facts == []
+    if not isinstance(answer, dict) or not isinstance(answer.get("facts"), list):
+        assert parsed.error and not parsed.facts and not parsed.dropped, parsed
+        return
+    assert not parsed.error, parsed
+    assert all(reason for _, reason in parsed.dropped), parsed.dropped
+    # Compared as canonical JSON: NaN is not equal to itself, and a string answer is decoded afresh.
+    items = Counter(json.dumps(item, sort_keys=True) for item in answer["facts"])
+    dropped = Counter(json.dumps(item, sort_keys=True) for item, _ in parsed.dropped)
+    assert not dropped - items, "dropped an item the answer did not have"
+    kept = {_same_fact(fact.text) for fact in parsed.facts}
+    not_dropped = [json.loads(item) for item in (items - dropped).elements()]
+    assert len(parsed.facts) <= len(not_dropped)
+    assert all(_same_fact(item["text"]) in kept for item in not_dropped), (not_dropped, parsed.facts)
+
+
+def _decoded(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers)
 def test_parse_answer_never_raises_and_keeps_only_valid_facts_from_json_values(raw):
-    _check_parsed(extraction.parse_answer(raw))
+    _check_parsed(extraction.parse_answer(raw), raw)
+
+
+strings = st.one_of(
+    st.text().map(lambda text: (text, _decoded(text))),
+    answers.map(lambda answer: (json.dumps(answer), answer)),
+    answers.map(lambda answer: ("```json\n" + json.dumps(answer) + "\n```", answer)),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.text(), answers.map(json.dumps), answers.map(lambda a: "```json\n" + json.dumps(a) + "\n```")))
-def test_parse_answer_never_raises_and_keeps_only_valid_facts_from_strings(raw):
-    _check_parsed(extraction.parse_answer(raw))
+@given(strings)
+def test_parse_answer_never_raises_and_keeps_only_valid_facts_from_strings(raw_and_answer):
+    raw, answer = raw_and_answer
+    _check_parsed(extraction.parse_answer(raw), answer)
 
 
 def test_parse_answer_survives_pathological_nesting():
@@ -80,7 +118,7 @@ def test_at_the_fact_limit_extraction_confirms_or_supersedes_but_never_grows(org
     settings.MEMORY = {**settings.MEMORY, "MAX_FACTS_PER_USER": 3}
     person = sessions.get_or_create_user(org, "full-user")
     for text in ("The user prefers tea.", "The user's editor is Vim.", "The user lives in Lisbon."):
-        assert writing.store_fact(person, text, "profile").outcome == "created"
+        assert writing.store(person, text, "profile").outcome == "created"
 
     def extract(*facts):
         scripted.extract_answer = {"facts": [{"text": t, "kind": "profile"} for t in facts]}
@@ -94,7 +132,7 @@ def test_at_the_fact_limit_extraction_confirms_or_supersedes_but_never_grows(org
     run = extract("The user's favourite language is Rust.")
     assert run.status == "succeeded" and live.count() == 3
     assert not live.filter(text__contains="Rust").exists()
-    assert writing.store_fact(person, "The user owns a cat.", "profile").outcome == "at_limit"
+    assert writing.store(person, "The user owns a cat.", "profile").outcome == "at_limit"
 
     # A restatement: confirmed, no new row.
     scripted.verdict_map = {"tea": "DUPLICATE"}
@@ -209,7 +247,7 @@ def test_every_page_survives_hostile_query_strings(org, make_user):
         client.force_login(person)
         for route in pages:
             for value in HOSTILE_VALUES:
-                query = {name: value for name in QUERY_PARAMS}
+                query = dict.fromkeys(QUERY_PARAMS, value)
                 response = client.get("/" + route, query)
                 if response.status_code >= 500:
                     failures.append(f"/{route}?…={value!r} as {person.username}: {response.status_code}")
@@ -218,7 +256,7 @@ def test_every_page_survives_hostile_query_strings(org, make_user):
 
 def test_forms_reject_nul_with_a_message(org, make_user):
     person = make_user("fay", org)
-    fact = writing.store_fact(person, "The user prefers tea.", "preference").fact
+    fact = writing.store(person, "The user prefers tea.", "preference").fact
     client = Client()
     client.force_login(person)
     response = client.post(
@@ -254,7 +292,7 @@ def test_invisible_characters_cannot_smuggle_an_instruction_past_the_squeeze():
 
 def test_a_correction_from_the_account_page_is_normalised(org, make_user):
     person = make_user("rami", org)
-    fact = writing.store_fact(person, "The user prefers tea.", "preference").fact
+    fact = writing.store(person, "The user prefers tea.", "preference").fact
     client = Client()
     client.force_login(person)
     sneaky = "The user\u200d prefers\u202e eeffoc\u202c and\u2066 tea\u2069."

@@ -29,6 +29,7 @@ from memoryapp.models import (
     OrgFactProposal,
     RecallLog,
     Turn,
+    all_scopes,
 )
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,7 @@ class World:
 
 
 def _fact(user, text, kind):
-    return writing.store_fact(user, text, kind).fact
+    return writing.store(user, text, kind).fact
 
 
 def _session(org, user, *lines, end=False, answer=None, backend=None):
@@ -113,8 +114,8 @@ def build_world(scripted, make_user):
     OrgFactProposal.objects.create(org=org_b, proposed_by=carol, text="The team likes Betaorgtoken.", kind="goal")
     sessions.create_api_key(org_a, "Alphakeyname")
     sessions.create_api_key(org_b, "Betakeyname")
-    _, key_a = sessions.create_api_key(org_a, "sweep")
-    _, key_b = sessions.create_api_key(org_b, "sweep")
+    _, key_a = sessions.create_api_key(org_a, "sweep", all_scopes())  # every route is swept
+    _, key_b = sessions.create_api_key(org_b, "sweep", all_scopes())
 
     # Everyone's recall has run once, so recall logs and cached blocks exist for each party.
     for s in (bob_open, carol_open):

@@ -6,10 +6,8 @@ The server runs as a real subprocess on the test database: `uvicorn memoryapp.as
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import httpx2
@@ -21,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from bench.common import stop_processes
 from memoryapp import embeddings, sessions, writing
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, Organization
-from tests.conftest import BASE_DIR, in_fresh_loop, worker_database_url
+from tests.conftest import BASE_DIR, Api, in_fresh_loop, start_uvicorn, worker_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,27 +48,20 @@ def _server_env(**extra):
     return env
 
 
-@pytest.fixture
-def mcp_url(transactional_db):
-    """`uvicorn memoryapp.asgi:application` on a free port, against this test's database."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "uvicorn", "memoryapp.asgi:application", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=BASE_DIR, env=_server_env())
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, "uvicorn exited"
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.2)
+@pytest.fixture(scope="module")
+def _mcp_server(django_db_setup, django_db_blocker):
+    """`uvicorn memoryapp.asgi:application` on a free port against the test database, shared by the module's
+    tests (it takes seconds to start; each test makes its own org and keys, flushed after it)."""
+    with django_db_blocker.unblock():
+        env = _server_env()
+    proc, base = start_uvicorn(env)
     yield base
     stop_processes([proc], timeout=10)
+
+
+@pytest.fixture
+def mcp_url(_mcp_server, transactional_db):
+    return _mcp_server
 
 
 @pytest.fixture
@@ -92,11 +83,13 @@ def _over_http(url, key, steps):
 
     async def main():
         headers = {"Authorization": f"Bearer {key}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-            async with streamable_http_client(f"{url}/mcp/", http_client=http) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    return await steps(session)
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(f"{url}/mcp/", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return await steps(session)
 
     return in_fresh_loop(main)
 
@@ -153,10 +146,10 @@ def test_remember_recall_explain_correct_and_forget_over_http(mcp_url, world):
         return made, block, listed, found, why, resource, fixed, gone
 
     made, block, listed, found, why, resource, fixed, gone = _over_http(mcp_url, world["key"], steps)
-    assert made["outcome"] == "created" and made["fact"]["origin"] == "mcp"
+    assert made["outcome"] == "created" and made["fact"]["provenance"]["origin"] == "mcp"
     assert VEG in block and "<user_memory>" in block
     assert [f["text"] for f in listed["facts"]] == [VEG] and [f["text"] for f in found["facts"]] == [VEG]
-    assert why["fact"]["origin"] == "mcp" and why["events"][0]["actor"] == "mcp"
+    assert why["fact"]["provenance"]["origin"] == "mcp" and why["events"][0]["actor"] == "mcp"
     assert "'desk agent'" in why["events"][0]["reason"]
     assert VEG in resource.contents[0].text
     assert fixed["changed"] is True and fixed["replaced"] == made["fact"]["id"]
@@ -169,7 +162,7 @@ def test_remember_recall_explain_correct_and_forget_over_http(mcp_url, world):
 
 
 def test_every_api_rule_holds_over_mcp(mcp_url, world):
-    writing.store_fact(world["alice"], "The user likes chess.", "preference")
+    writing.store(world["alice"], "The user likes chess.", "preference")
     bob = sessions.get_or_create_user(world["acme"], "bob")
     writing.set_memory_switch(bob, False)
     fact_id = str(MemoryFact.objects.get().id)
@@ -181,7 +174,7 @@ def test_every_api_rule_holds_over_mcp(mcp_url, world):
         off = await session.call_tool("remember_fact", {"user": "bob", "text": VEG, "kind": "constraint"})
         long = await session.call_tool("remember_fact", {"user": "alice", "text": "x" * 201, "kind": "profile"})
         wrong_kind = await session.call_tool("remember_fact", {"user": "alice", "text": VEG, "kind": "mood"})
-        return [_error(poison), _error(off), _error(long), wrong_kind.is_error]
+        return [_data(poison), _error(off), _error(long), wrong_kind.is_error]
 
     async def as_reader(session):
         listed = _data(await session.call_tool("list_facts", {"user": "alice"}))
@@ -196,7 +189,8 @@ def test_every_api_rule_holds_over_mcp(mcp_url, world):
         return _error(people), _error(fact), _error(block)
 
     poison, off, long, wrong_kind = _over_http(mcp_url, world["key"], as_owner)
-    assert poison.startswith("fact_rejected") and "instruction" in poison
+    # A claimed permission is held for the person's word: never stored, never recalled until kept.
+    assert poison["outcome"] == "pending" and poison["fact"] is None and "instruction" in poison["pending"]["reason"]
     assert off.startswith("memory_off") and long.startswith("fact_rejected") and wrong_kind
     listed, write, forget = _over_http(mcp_url, world["reader"], as_reader)
     assert [f["text"] for f in listed["facts"]] == ["The user likes chess."]
@@ -214,20 +208,20 @@ def test_a_request_without_a_live_key_is_401_before_the_sdk(mcp_url, world):
     assert httpx.get(f"{mcp_url}/healthz").status_code == 200  # Django still serves the rest
 
 
-def _over_stdio(key, steps, user=None, **env):
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["manage.py", "mcp_stdio", "--key", key, *(["--user", user] if user else [])],
-        env=_server_env(**env),
-        cwd=BASE_DIR,
-    )
+def _over_stdio(key, steps, user=None, key_file=None, **env):
+    """Run `steps(session)` against `manage.py mcp_stdio`, its key in MEMORYAPP_API_KEY (or `key_file`)."""
+    args = ["manage.py", "mcp_stdio", *(["--user", user] if user else [])]
+    if key_file:
+        args += ["--key-file", str(key_file)]
+    else:
+        env["MEMORYAPP_API_KEY"] = key
+    params = StdioServerParameters(command=sys.executable, args=args, env=_server_env(**env), cwd=BASE_DIR)
 
     async def main():
         with open(os.devnull, "w") as quiet:
-            async with stdio_client(params, errlog=quiet) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    return await steps(session)
+            async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                return await steps(session)
 
     return in_fresh_loop(main)
 
@@ -260,13 +254,80 @@ def test_stdio_server_for_one_person_with_its_rate_limit(world):
     assert refusals and all(r.startswith("rate_limited") and "retry in" in r for r in refusals)
 
 
-def test_stdio_refuses_to_start_with_a_bad_key(world):
-    done = subprocess.run(
-        [sys.executable, "manage.py", "mcp_stdio", "--key", "mem_wrong"],
+def _stdio_exit(*args, **env):
+    return subprocess.run(
+        [sys.executable, "manage.py", "mcp_stdio", *args],
         cwd=BASE_DIR,
-        env=_server_env(),
+        env=_server_env(**env),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_stdio_refuses_to_start_with_a_bad_key(world):
+    done = _stdio_exit(MEMORYAPP_API_KEY="mem_wrong")
     assert done.returncode != 0 and "not valid" in done.stderr and done.stdout == ""
+
+
+def test_tools_refuse_what_the_api_refuses_and_the_body_limit_holds(mcp_url, world):
+    """Issue 42 part 5: a 3.9 MB message cost 5.4 s of CPU over MCP; the API's caps apply to the tools."""
+    writing.store(world["alice"], "The user likes chess.", "preference")
+    fact_id = str(MemoryFact.objects.get().id)
+    longest = "word " * (32 * 1024 // 5) + "x" * (32 * 1024 % 5)
+
+    async def steps(session):
+        fits = await session.call_tool("recall_memory", {"user": "alice", "message": longest})
+        over = await session.call_tool("recall_memory", {"user": "alice", "message": longest + "x"})
+        remember = await session.call_tool("remember_fact", {"user": "alice", "text": "x" * 2001, "kind": "goal"})
+        correct = await session.call_tool("correct_fact", {"fact_id": fact_id, "text": "x" * 2001, "kind": "goal"})
+        return fits, [_error(over), _error(remember), _error(correct)]
+
+    fits, (over, remember, correct) = _over_http(mcp_url, world["key"], steps)
+    assert not fits.is_error
+    assert "message" in over and "String should have at most 32768 characters" in over
+    assert "text" in remember and "String should have at most 2000 characters" in remember
+    assert "text" in correct and "String should have at most 2000 characters" in correct
+    assert MemoryFact.objects.count() == 1
+    # The agent API refuses the same message with the same words.
+    api_session = sessions.open_session(world["acme"], world["alice"], "on")
+    api = Api(world["key"]).post("/v1/recall", {"session": str(api_session.id), "message": longest + "x"})
+    assert api.status_code == 422 and "String should have at most 32768 characters" in api.json()["error"]["message"]
+    # A body over MAX_REQUEST_BYTES is refused with the API's 413 even with a valid key.
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory"}}
+    call["params"]["arguments"] = {"user": "alice", "message": "x" * 2_000_000}
+    headers = {"Authorization": f"Bearer {world['key']}", "Accept": "application/json, text/event-stream"}
+    big = httpx.post(f"{mcp_url}/mcp/", json=call, headers=headers, timeout=30)
+    assert big.status_code == 413 and big.json()["error"]["code"] == "body_too_large"
+
+
+def test_stdio_refuses_a_key_on_the_command_line_where_ps_shows_it(world):
+    """The key belongs in the environment or a file: `ps` shows every process's arguments to everyone."""
+    done = _stdio_exit("--key", world["key"])
+    assert done.returncode != 0 and done.stdout == ""
+    assert "--key is refused" in done.stderr and "MEMORYAPP_API_KEY" in done.stderr and "--key-file" in done.stderr
+    missing = _stdio_exit()
+    assert missing.returncode != 0 and "MEMORYAPP_API_KEY" in missing.stderr
+
+
+def test_stdio_reads_its_key_from_a_file_and_never_overrides_the_persons_correction(world, tmp_path):
+    """Over MCP as over the API: correct_fact and forget_fact on a fact the person corrected are refused."""
+    alice = world["alice"]
+    extracted = writing.store(alice, "The user's editor is Vim.", "profile").fact
+    theirs = writing.correct_fact(extracted, "The user's editor is Emacs.", "profile", actor_user=alice).fact
+    key_file = tmp_path / "key"
+    key_file.write_text(world["key"] + "\n")
+    key_file.chmod(0o600)
+
+    async def steps(session):
+        refused = []
+        for version in (theirs, extracted):
+            fix = {"fact_id": str(version.id), "text": "The user's editor is Nano.", "kind": "profile"}
+            refused.append(_error(await session.call_tool("correct_fact", fix)))
+            refused.append(_error(await session.call_tool("forget_fact", {"fact_id": str(version.id)})))
+        return refused
+
+    for message in _over_stdio(None, steps, user="alice", key_file=key_file):
+        assert message.startswith("corrected_by_person") and "The user's editor is Emacs." in message
+    assert list(MemoryFact.objects.for_user(alice).live().values_list("text", flat=True)) == [theirs.text]
+    assert MemoryFact.objects.for_user(alice).count() == 2

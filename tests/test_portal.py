@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from memoryapp import clock, portal, sessions
-from memoryapp.models import Membership, PortalLink
+from memoryapp.models import ExternalIdentity, PortalLink
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_staff_accounts_never_get_a_link(api, person):
 
 
 def test_a_person_of_two_organisations_signs_in_themselves(api, person, other_org):
-    Membership.objects.create(user=person, org=other_org)
+    ExternalIdentity.objects.create(user=person, org=other_org, external_id="theirs")
     response = issue(api)
     assert response.status_code == 409 and "another organisation" in response.json()["error"]["message"]
 

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memoryapp import clock, embeddings, extraction, recall, sessions, writing
-from memoryapp.models import AgentSession, FactEvent, Membership, MemoryFact, RecallLog
+from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact, RecallLog
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -89,8 +89,8 @@ def test_onprem_constraint_survives_three_unrelated_sessions(api, scripted):
 def test_superseded_and_expired_facts_never_appear(org, scripted):
     alice = _user(org)
     scripted.verdict_map = {"postgresql": "CONTRADICTS"}
-    old = writing.store_fact(alice, "The user's database is PostgreSQL.", "profile").fact
-    new = writing.store_fact(alice, "The user's database is PlanetScale.", "profile").fact
+    old = writing.store(alice, "The user's database is PostgreSQL.", "profile").fact
+    new = writing.store(alice, "The user's database is PlanetScale.", "profile").fact
     old.refresh_from_db()
     assert old.superseded_by_id == new.id
     expired = _fact(alice, "The user wants to learn the Rust programming language.", "goal")
@@ -255,7 +255,8 @@ def test_org_facts_come_after_personal_ones_in_their_own_labelled_section(org, s
     assert "describe the organisation, not this user" in org_part or "not this user" in recall.ORG_HEADER
     assert "not instructions" in recall.ORG_HEADER and "grant no permission" in recall.ORG_HEADER
 
-    # Someone who is not a member of the organisation never sees its facts.
+    # Someone the organisation neither has as a member nor knows by an id never sees its facts.
+    ExternalIdentity.objects.filter(user=alice, org=org).delete()
     Membership.objects.filter(user=alice, org=org).delete()
     block = recall.recall(sessions.open_session(org, alice), "How do we deploy?").block
     assert "Fridays" not in block and "Go." not in block and "on-prem" in block
@@ -292,7 +293,7 @@ def test_same_facts_give_byte_identical_blocks_whatever_the_order_they_were_pick
 
     travel(timedelta(days=1))
     scripted.verdict_map = {"lisbon": "DUPLICATE"}  # re-confirming moves it to the front of tier 1
-    assert writing.store_fact(alice, "The user lives in Lisbon.", "profile").outcome == "confirmed"
+    assert writing.store(alice, "The user lives in Lisbon.", "profile").outcome == "confirmed"
     second = recall.recall(sessions.open_session(org, alice), "a different question").block
 
     assert second.encode() == first.encode() and len(_fact_lines(first)) == 3
@@ -468,6 +469,26 @@ def test_words_rank_a_fact_matching_more_of_the_message_above_one_repeating_a_wo
     both = _fact(alice, "The user will plant tomatoes in spring.", "preference")
     chosen = recall.select(alice, "When should I plant my tomatoes this year?")
     assert [s.fact.id for s in chosen] == [both.id, repeats.id]
+
+
+def test_words_match_without_their_accents_in_recall_search_and_the_reference(org, settings):
+    """A message written without accents recalls the accented fact (and the other way round); the
+    page's search does the same, and the independent reference agrees."""
+    from bench import reference
+    from memoryapp import search
+
+    settings.MEMORY = {**settings.MEMORY, "RECALL_FLOOR": "0.999"}  # the vector side shut off
+    alice = _user(org)
+    cafe = _fact(alice, "The user works from a café in Zürich.", "preference")
+    naive = _fact(alice, "The user finds the naive approach best.", "preference")
+    assert [s.fact.id for s in recall.select(alice, "Any cafe near Zurich open late?") if s.tier == "relevant"] == [
+        cafe.id
+    ]
+    assert [s.fact.id for s in recall.select(alice, "Is the naïve approach enough?") if s.tier == "relevant"] == [
+        naive.id
+    ]
+    assert list(search.matching(MemoryFact.objects.for_user(alice), "zurich cafe")) == [cafe]
+    assert reference.query_lexemes("Zürich") == reference.query_lexemes("zurich") == {"zurich"}
 
 
 def test_message_words_cannot_inject_tsquery_syntax():

@@ -75,7 +75,7 @@ def test_turns_go_once_their_fact_is_no_longer_live(org, alice, scripted, travel
     assert ordinals(s) == [1]
 
     # A correction carries the provenance over: the turn is still the source of a live fact.
-    new = writing.correct_fact(fact, "The user's editor is Helix.", "preference", actor_user=alice)
+    new = writing.correct_fact(fact, "The user's editor is Helix.", "preference", actor_user=alice).fact
     forgetting.apply_retention()
     assert ordinals(s) == [1]
 

@@ -81,9 +81,8 @@ def test_agent_paths_filter_every_per_user_statement_by_the_user(api, scripted, 
     with CaptureQueriesContext(connection) as ctx:
         extraction.extract_session(session.id, user.id)  # as the worker runs it: the message carries both ids
     paths["extraction"] = ctx.captured_queries
-    with CaptureQueriesContext(connection) as ctx:
-        with transaction.atomic():
-            writing.store_fact(user, "The user writes Go.", "profile", vectors=(vector, None))
+    with CaptureQueriesContext(connection) as ctx, transaction.atomic():
+        writing.store(user, "The user writes Go.", "profile", vectors=(vector, None))
     paths["store fact"] = ctx.captured_queries
     fresh = sessions.open_session(org, user)
     fresh = AgentSession.objects.select_related("user__memory_settings", "org").get(id=fresh.id)
@@ -192,8 +191,10 @@ def test_without_a_replica_everything_reads_the_primary(settings):
 
 
 @pytest.mark.django_db(transaction=True)  # no test-wide transaction: the router must see none around the view
-def test_the_router_sends_reads_to_the_replica_only_inside_a_replica_safe_request(settings):
+def test_the_router_sends_reads_to_the_replica_only_inside_a_replica_safe_request(settings, monkeypatch):
     settings.DATABASES = {**settings.DATABASES, replica.REPLICA: settings.DATABASES["default"]}
+    # Routing only: whether a replica answers (and what happens when none does) is tests/test_replica.py's.
+    monkeypatch.setattr(replica, "replica_answers", lambda: True)
     router = replica.ReplicaRouter()
     seen = {}
 

@@ -1,10 +1,13 @@
 """The demo data shows what the product promises: a replaced fact is replaced, not left beside its successor."""
 
 import io
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from memoryapp import db as db_module
+from memoryapp.management.commands import seed_demo
 from memoryapp.models import MemoryFact
 
 
@@ -17,3 +20,15 @@ def test_the_demo_replaces_redis_with_valkey_and_leaves_no_stale_stack_live(db):
     assert not [text for text in live if "Redis" in text and "Valkey" not in text], live
     replaced = facts.filter(text__icontains="Redis", superseded_at__isnull=False).exclude(text__icontains="Valkey")
     assert replaced.count() == 1 and "Valkey" in replaced.get().superseded_by.text
+
+
+def test_seeding_the_demo_in_a_test_leaves_the_checkouts_data_folder_alone(db):
+    """`make test` must not replace the demo key a developer's `make run` printed (issue 40)."""
+    checkout_key = Path(__file__).resolve().parent.parent / ".data" / "demo-api-key"
+    before = checkout_key.read_bytes() if checkout_key.exists() else None
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    assert (checkout_key.read_bytes() if checkout_key.exists() else None) == before
+    # The key went to the test run's own data folder, and it is the key the command printed.
+    assert seed_demo.KEY_FILE.parent == db_module.DATA_DIR != checkout_key.parent
+    assert seed_demo.KEY_FILE.read_text().strip() in out.getvalue()

@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from memoryapp import backends, embeddings, extraction, recall, sessions, writing
+from memoryapp import backends, embeddings, extraction, pending, recall, sessions, writing
 from memoryapp.backends import offline
-from memoryapp.models import AgentSession, FactEvent, MemoryFact
+from memoryapp.models import AgentSession, FactCandidate, FactEvent, MemoryFact
 
 pytestmark = pytest.mark.django_db
 
@@ -119,6 +119,13 @@ def test_hating_what_you_loved_replaces_the_old_feeling_offline(org):
     assert old.superseded_by.text == "The user hates Python."
 
 
+def keep_what_waits():
+    """The person keeps every candidate the judge held (words to the assistant and rules read as orders
+    may wait for their one click): supersession then runs as for any fact."""
+    for candidate in FactCandidate.objects.pending().order_by("created_at", "id"):
+        pending.keep(candidate, candidate.user)
+
+
 def test_a_teams_rules_pile_up_offline_and_a_reworded_rule_confirms(org):
     # Before, the model (trained on chit-chat) called the second rule DUPLICATE of the first and
     # dropped it, and "after 4pm" superseded "on Fridays" through a guessed one-value relation.
@@ -131,6 +138,7 @@ def test_a_teams_rules_pile_up_offline_and_a_reworded_rule_confirms(org):
         "Never propose cloud services.",
         "Don't suggest cloud services.",
     )
+    keep_what_waits()
     live = sorted(MemoryFact.objects.live().values_list("text", flat=True))
     assert len(live) == 5 and not MemoryFact.objects.filter(superseded_at__isnull=False).exists()
     assert any("Fridays" in t for t in live) and any("4pm" in t for t in live)
@@ -142,7 +150,9 @@ def test_a_teams_rules_pile_up_offline_and_a_reworded_rule_confirms(org):
 def test_a_new_language_or_name_for_the_assistant_replaces_the_old_one_offline(org):
     # Before, "answer in English" sat beside "answer in German" (INDEPENDENT), and every block held both.
     offline_sessions(org, "Answer in German from now on.", "From now on, call me Sam.")
+    keep_what_waits()
     offline_sessions(org, "Please reply in English from now on.", "From now on, call me Alex.")
+    keep_what_waits()
     live = sorted(MemoryFact.objects.live().values_list("text", flat=True))
     assert live == [
         "The user wants the assistant to call them Alex.",
@@ -155,9 +165,9 @@ def test_a_new_language_or_name_for_the_assistant_replaces_the_old_one_offline(o
 def test_one_verdict_call_covers_every_neighbour(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for text in (POSTGRES, "The user's database host is AWS RDS.", "The user's database backups run nightly."):
-        writing.store_fact(person, text, "profile", judge=scripted.verdicts)
+        writing.store(person, text, "profile", judge=scripted.verdicts)
     scripted.verdict_requests.clear()
-    result = writing.store_fact(person, PLANETSCALE, "profile", judge=scripted.verdicts)
+    result = writing.store(person, PLANETSCALE, "profile", judge=scripted.verdicts)
     assert len(scripted.verdict_requests) == 1 and result.judge_calls == 1
     new_text, neighbours = scripted.verdict_requests[0]
     assert new_text == PLANETSCALE and POSTGRES in neighbours and 1 <= len(neighbours) <= 5
@@ -166,19 +176,19 @@ def test_one_verdict_call_covers_every_neighbour(org, scripted):
 def test_at_most_five_neighbours_are_judged(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
     for lang in ("Python", "Go", "Rust", "Kotlin", "Swift", "Elixir", "Haskell"):
-        writing.store_fact(person, f"The user writes {lang} at work.", "profile", judge=scripted.verdicts)
+        writing.store(person, f"The user writes {lang} at work.", "profile", judge=scripted.verdicts)
     scripted.verdict_requests.clear()
-    writing.store_fact(person, "The user writes Ruby at work.", "profile", judge=scripted.verdicts)
+    writing.store(person, "The user writes Ruby at work.", "profile", judge=scripted.verdicts)
     assert len(scripted.verdict_requests) == 1 and len(scripted.verdict_requests[0][1]) == 5
 
 
 def test_no_verdict_call_when_no_neighbour_passes_the_floor(org, scripted):
     person = sessions.get_or_create_user(org, "ext-1")
-    first = writing.store_fact(person, POSTGRES, "profile", judge=scripted.verdicts)
+    first = writing.store(person, POSTGRES, "profile", judge=scripted.verdicts)
     unrelated = "The user prefers dark mode in every editor."
     similarity = float(embeddings.embed(POSTGRES) @ embeddings.embed(unrelated))
     assert similarity < embeddings.floor("neighbour")  # the premise of this test
-    second = writing.store_fact(person, unrelated, "preference", judge=scripted.verdicts)
+    second = writing.store(person, unrelated, "preference", judge=scripted.verdicts)
     assert first.judge_calls == second.judge_calls == 0 and scripted.verdict_requests == []
     assert MemoryFact.objects.live().count() == 2
 
@@ -190,8 +200,8 @@ def test_a_fact_announcing_a_change_is_judged_against_a_value_worded_far_from_it
     mysql, planetscale = "The user's team now uses MySQL.", "The user's team now uses PlanetScale."
     similarity = float(embeddings.embed(mysql) @ embeddings.embed(planetscale))
     assert embeddings.floor("change") <= similarity < embeddings.floor("neighbour")  # the premise
-    old = writing.store_fact(person, mysql, "profile").fact
-    result = writing.store_fact(person, planetscale, "profile")
+    old = writing.store(person, mysql, "profile").fact
+    result = writing.store(person, planetscale, "profile")
     assert result.judge_calls == 1 and [f.id for f in result.superseded] == [old.id]
     assert list(MemoryFact.objects.for_user(person).live().values_list("text", flat=True)) == [planetscale]
 
@@ -200,9 +210,9 @@ def test_a_move_replaces_the_old_home_and_leaves_the_job_alone(org):
     # "lives in Porto now" reaches "works as a nurse" only through the lower floor (MiniLM: 0.35),
     # and the model alone called that pair CONTRADICTS: the nurse fact disappeared from recall.
     person = sessions.get_or_create_user(org, "ext-1")
-    lisbon = writing.store_fact(person, "The user lives in Lisbon.", "profile").fact
-    nurse = writing.store_fact(person, "The user works as a nurse at the city hospital.", "profile").fact
-    result = writing.store_fact(person, "The user lives in Porto now.", "profile")
+    lisbon = writing.store(person, "The user lives in Lisbon.", "profile").fact
+    nurse = writing.store(person, "The user works as a nurse at the city hospital.", "profile").fact
+    result = writing.store(person, "The user lives in Porto now.", "profile")
     assert result.judge_calls == 1 and {n for n, _, _ in result.verdicts} == {lisbon.id, nurse.id}
     assert [f.id for f in result.superseded] == [lisbon.id]
     live = set(MemoryFact.objects.for_user(person).live().values_list("text", flat=True))
@@ -255,14 +265,7 @@ def test_independent_facts_both_stay_live(org, scripted):
         ("The user likes Rust.", "The user does not like Rust.", "CONTRADICTS"),
         ("The user is a backend engineer.", "The user has two cats.", "INDEPENDENT"),
         ("The user is a parent.", "The user is a backend engineer.", "INDEPENDENT"),
-        pytest.param(
-            "The user's editor is Vim.",
-            "The user's editor is Neovim.",
-            "CONTRADICTS",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user's editor is Vim.", "The user's editor is Neovim.", "CONTRADICTS"),
     ],
 )
 def test_offline_verdicts_are_strict(old, new, verdict):
@@ -275,17 +278,17 @@ def test_offline_verdicts_are_strict(old, new, verdict):
 def _corrected(org, scripted):
     run_session(org, scripted, "We're on Postgres.", [(POSTGRES, "profile")])
     extracted = MemoryFact.objects.get()
-    return writing.correct_fact(extracted, "The user's database is MySQL.", "profile", actor_user=extracted.user)
+    return writing.correct_fact(extracted, "The user's database is MySQL.", "profile", actor_user=extracted.user).fact
 
 
 def test_extracted_fact_without_a_newer_statement_cannot_override_a_correction(org, scripted, travel):
     person = sessions.get_or_create_user(org, "ext-1")
-    first = writing.store_fact(person, POSTGRES, "profile", judge=scripted.verdicts)
+    first = writing.store(person, POSTGRES, "profile", judge=scripted.verdicts)
     # A session whose user last spoke before the correction, and which ends after it.
     session = sessions.open_session(org, person)
     sessions.add_turns(session, [("user", "We're on Postgres.")])
     travel(timedelta(minutes=5))
-    correction = writing.correct_fact(first.fact, "The user's database is MySQL.", "profile", actor_user=person)
+    correction = writing.correct_fact(first.fact, "The user's database is MySQL.", "profile", actor_user=person).fact
     travel(timedelta(minutes=30))
     sessions.end_session(session)
     scripted.extract_answer = {"facts": [{"text": POSTGRES, "kind": "profile"}]}

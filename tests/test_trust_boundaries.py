@@ -73,12 +73,13 @@ def test_an_admin_of_two_orgs_is_refused_for_the_one_they_alone_run(olga, org, o
 
 def test_who_operates_an_org(org, make_user):
     remembered = sessions.get_or_create_user(org, "r1")
-    assert not people.operates(remembered)  # made by the API: no password, the plain member role
+    assert not people.operates(remembered)  # made by the API: no password, no membership, no role
+    assert not Membership.objects.filter(user=remembered).exists()
     assert people.operates(make_user("pw"))  # a password
     assert people.operates(make_user("st", is_staff=True))
-    admin = sessions.get_or_create_user(org, "r2")
-    Membership.objects.filter(user=admin).update(role="admin")
-    assert people.operates(admin)
+    joined = sessions.get_or_create_user(org, "r2")
+    Membership.objects.create(user=joined, org=org)  # whoever holds a membership operates
+    assert people.operates(joined)
 
 
 # --- SECRET_KEY -----------------------------------------------------------------------------------

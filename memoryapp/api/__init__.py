@@ -19,9 +19,27 @@ from memoryapp.api.errors import ApiError
 log = logging.getLogger(__name__)
 
 
+DESCRIPTION = """Long-term memory for LLM agents. An agent opens a session for a person (its own id for
+them, `user`), appends the turns, and ends it; memoryapp extracts a few durable facts from it. At the next
+session `POST /v1/prompt` (or `/v1/recall`) returns the system prompt with a small memory block. Facts can
+also be listed, written, corrected and forgotten directly.
+
+**Authentication.** Every call sends an organisation's API key: `Authorization: Bearer mem_…` (keys are made
+on the organisation's *API keys* page or with `manage.py create_api_key`). A key reaches only the people its
+organisation's agents remember.
+
+**Scopes.** Each key carries some of `read` (recall, prompt, list and read facts, export), `write` (sessions,
+turns, remember, correct, forget), `erase` (delete a person) and `portal` (send a person a link to their
+memory). A route's description names its scope; a key without it gets 403 `forbidden`.
+
+**Errors** are always JSON with a 4xx or 5xx status: `{"error": {"code": "not_found", "message": "…",
+"field": null}}`; `field` names the offending input on 422 `invalid`. A 429 or 503 carries `Retry-After`.
+"""
+
 api = NinjaAPI(
     title="memoryapp agent API",
     version="1",
+    description=DESCRIPTION,
     urls_namespace="api",
     auth=ApiKeyAuth(),
     docs_url="/docs",

@@ -22,7 +22,7 @@ class ErrorOut(Schema):
 
 
 ERRORS = {
-    **{code: ErrorOut for code in (400, 401, 403, 404, 409, 413, 422, 429)},
+    **dict.fromkeys((400, 401, 403, 404, 409, 413, 422, 429), ErrorOut),
     503: ErrorOut,  # the database is unavailable: nothing was stored, retry
 }
 

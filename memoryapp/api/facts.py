@@ -11,9 +11,10 @@ from typing import Literal
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from memoryapp import facts, sessions, writing
+from memoryapp import backends, facts, sessions, writing
 from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS, ApiError
+from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS
 
 router = Router(tags=["facts"])
 
@@ -25,6 +26,7 @@ class ProvenanceOut(Schema):
     origin: str = Field(..., description="extracted | user | staff | org_admin | agent | mcp")
     source_session: uuid.UUID | None
     source_turns: list[int]
+    extraction_run: int | None = Field(None, description="The extraction run that wrote it, for extracted facts")
     backend: str | None = Field(None, description="The extraction backend, for extracted facts")
     created_at: datetime
     last_confirmed_at: datetime
@@ -42,6 +44,7 @@ class FactOut(Schema):
     superseded_by: uuid.UUID | None
     supersede_reason: str | None
     expired_at: datetime | None
+    expired_rule: str | None = Field(None, description="Why forgetting expired it: stale_goal | never_recalled")
     provenance: ProvenanceOut
 
 
@@ -74,58 +77,64 @@ class FactDetailOut(FactOut):
 
 
 class FactIn(Schema):
-    text: str = Field(..., max_length=2000, description="One sentence about the person, at most 200 characters")
+    model_config = {"json_schema_extra": {"examples": [{"text": "The user is vegan.", "kind": "constraint"}]}}
+
+    text: str = Field(
+        ..., max_length=FACT_INPUT_MAX_CHARS, description="One sentence about the person, at most 200 characters"
+    )
     kind: KindName
 
 
 class RememberIn(FactIn):
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "text": "The user is vegetarian.",
+                    "kind": "constraint",
+                    "session": "3f2b8c1e-9d4a-4c7b-8e2f-1a6d5b9c0e47",
+                }
+            ]
+        }
+    }
+
     session: uuid.UUID | None = Field(None, description="The session it was said in; a memory-off one refuses")
 
 
+class PendingOut(Schema):
+    id: uuid.UUID
+    text: str
+    kind: str
+    reason: str = Field(..., description="Why it waits: it may claim authority, a permission or an instruction")
+
+
 class RememberOut(Schema):
-    outcome: Literal["created", "confirmed", "superseded", "held"] = Field(
+    outcome: Literal["created", "confirmed", "superseded", "held", "pending"] = Field(
         ...,
         description="created: new fact; confirmed: a duplicate was confirmed; superseded: new fact that "
-        "replaced `superseded`; held: it contradicts the person's own correction, which stands (`fact`)",
+        "replaced `superseded`; held: it contradicts the person's own correction, which stands (`fact`); "
+        "pending: it may claim authority, so it waits for the person to keep it on their memory page "
+        "(`pending`; never recalled until then)",
     )
-    fact: FactOut
+    fact: FactOut | None
     superseded: list[uuid.UUID]
+    pending: PendingOut | None = None
 
 
 class CorrectedOut(Schema):
     changed: bool = Field(..., description="false when the text and kind were already the same")
     fact: FactOut = Field(..., description="The current version")
     replaced: uuid.UUID | None = Field(..., description="The version the correction replaced (kept, linked)")
+    pending: PendingOut | None = Field(
+        None, description="202: the correction may claim authority and waits for the person to keep it"
+    )
 
 
 class DeletedOut(Schema):
     deleted: int = Field(..., description="Rows removed: the fact and its earlier versions")
 
 
-def fact_out(f):
-    """A fact with its provenance summary, as the API shows it."""
-    run = f.extraction_run if f.extraction_run_id else None
-    return {
-        "id": f.id,
-        "text": f.text,
-        "kind": f.kind,
-        "state": f.state,
-        "created_at": f.created_at,
-        "last_recalled_at": f.last_recalled_at,
-        "superseded_at": f.superseded_at,
-        "superseded_by": f.superseded_by_id,
-        "supersede_reason": f.supersede_reason or None,
-        "expired_at": f.expired_at,
-        "provenance": {
-            "origin": f.origin,
-            "source_session": f.source_session_id,
-            "source_turns": list(f.source_turns or []),
-            "backend": run.backend if run else None,
-            "created_at": f.created_at,
-            "last_confirmed_at": f.last_confirmed_at,
-            "confirmation_count": f.confirmation_count,
-        },
-    }
+fact_out = facts.fact_json
 
 
 def _person(request, external_id):
@@ -173,31 +182,42 @@ def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
     return Status(200, {"facts": [fact_out(f) for f in page.facts], "next_cursor": page.next_cursor})
 
 
-@router.post("/users/{user}/facts", response={200: RememberOut, 201: RememberOut, **ERRORS})
+@router.post("/users/{user}/facts", response={200: RememberOut, 201: RememberOut, 202: RememberOut, **ERRORS})
 @requires("write")
 def remember(request: HttpRequest, user: str, payload: RememberIn):
     """Remember this: stored like an extracted fact (validation, poisoning filter, supersession).
 
     201 when a new fact was written (`created`, `superseded`), 200 when nothing new was (`confirmed`,
-    `held`). A text that is not a storable fact is 422 `fact_rejected` with the reason; memory off is 409.
+    `held`), 202 when it waits for the person's word (`pending`: it may claim authority). A text that can
+    never be a fact (markup, a breakout, words to the assistant) is 422 `fact_rejected` with the reason;
+    memory off is 409. Nothing is created for a person when the text is refused.
     """
     if not sessions.EXTERNAL_ID.match(user):
         # As on every other user route: no one can have this id (1-128 characters, no control characters).
         raise ApiError(404, "not_found", "No such user: an id is 1 to 128 characters without control characters.")
-    person = sessions.get_or_create_user(request.org, user)
-    session = None
-    if payload.session is not None:
-        session = facts.session_for(request.org, person, payload.session)
-        if session is None:
-            raise ApiError(404, "not_found", "No such session for this user and API key.", "session")
     try:
-        result = facts.remember(person, payload.text, payload.kind, api_key=request.api_key, session=session)
+        result = facts.remember(
+            request.org, user, payload.text, payload.kind, api_key=request.api_key, session_id=payload.session
+        )
     except writing.FactRejected as exc:
         raise ApiError(422, "fact_rejected", f"Not stored: {exc}.", "text") from None
+    except facts.UnknownSession:
+        raise ApiError(404, "not_found", "No such session for this user and API key.", "session") from None
+    except backends.ModelUnavailable:  # MODEL_STRICT: no offline verdicts for this deployment
+        raise ApiError(
+            503,
+            "model_unavailable",
+            "The verdict model did not answer; nothing was stored. Retry shortly.",
+            headers={"Retry-After": "30"},
+        ) from None
     except facts.MemoryOff:
         raise ApiError(409, "memory_off", MEMORY_OFF) from None
-    if result.fact is None:  # at_limit
+    if result.outcome == "at_limit":
         raise ApiError(409, "memory_full", "This person has as many live facts as allowed; correct or delete some.")
+    if result.outcome == "pending":
+        c = result.pending
+        pending = facts.pending_json(c)
+        return Status(202, {"outcome": "pending", "fact": None, "superseded": [], "pending": pending})
     status = 201 if result.outcome in ("created", "superseded") else 200
     return Status(status, {"outcome": result.outcome, "fact": fact_out(result.fact), "superseded": result.superseded})
 
@@ -232,12 +252,14 @@ def get_fact(request: HttpRequest, fact_id: uuid.UUID):
     )
 
 
-@router.patch("/facts/{fact_id}", response={200: CorrectedOut, **ERRORS})
+@router.patch("/facts/{fact_id}", response={200: CorrectedOut, 202: CorrectedOut, **ERRORS})
 @requires("write")
 def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: FactIn):
     """Correct a fact as the person's own page does: a new version replaces it; the old one is kept and linked.
 
-    A replaced version is 409 (correct the current one); a text that is not a storable fact is 422.
+    A replaced version is 409 (correct the current one); a text that is not a storable fact is 422; a fact
+    the person corrected themselves (or an earlier version of it) is 409 `corrected_by_person`, with their
+    version in the message.
     """
     fact = _fact(request, fact_id)
     try:
@@ -248,6 +270,11 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: FactIn):
         raise ApiError(409, "memory_off", MEMORY_OFF) from None
     except facts.NotCurrent:
         raise ApiError(409, "superseded", "This version has been replaced; correct the current one.") from None
+    except facts.Held as held:
+        pending = facts.pending_json(held.candidate)
+        return Status(202, {"changed": False, "fact": fact_out(fact), "replaced": None, "pending": pending})
+    except facts.CorrectedByPerson as exc:
+        raise _corrected_by_person(exc) from None
     changed = new.id != fact.id
     return Status(200, {"changed": changed, "fact": fact_out(new), "replaced": fact.id if changed else None})
 
@@ -255,5 +282,16 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: FactIn):
 @router.delete("/facts/{fact_id}", response={200: DeletedOut, **ERRORS})
 @requires("write")
 def delete_fact(request: HttpRequest, fact_id: uuid.UUID):
-    """Delete a fact for real, with its earlier versions, as the person's own page does (copies scrubbed)."""
-    return Status(200, {"deleted": facts.forget(_fact(request, fact_id), api_key=request.api_key)})
+    """Delete a fact for real, with its earlier versions, as the person's own page does (copies scrubbed).
+
+    A fact the person corrected themselves (or an earlier version of it) is 409 `corrected_by_person`.
+    """
+    try:
+        deleted = facts.forget(_fact(request, fact_id), api_key=request.api_key)
+    except facts.CorrectedByPerson as exc:
+        raise _corrected_by_person(exc) from None
+    return Status(200, {"deleted": deleted})
+
+
+def _corrected_by_person(exc):
+    return ApiError(409, "corrected_by_person", str(exc))

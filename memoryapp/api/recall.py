@@ -54,7 +54,7 @@ def session_recall(request: HttpRequest, session_id: uuid.UUID):
     logs = (
         RecallLog.objects.filter(session=session)
         .select_related("fact")
-        .defer("fact__embedding")
+        .defer("fact__embedding", "fact__search_vector")
         .order_by("created_at", "position")
     )
     return Status(

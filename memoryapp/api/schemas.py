@@ -6,6 +6,8 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from memoryapp.recall import MESSAGE_MAX_CHARS
+
 # What counts as blank, spelt out so the schema (ECMAScript regex) and the server (Python) agree:
 # Python's str.isspace() and ECMAScript's \s differ (\x1c-\x1f, \x85, \ufeff).
 BLANK = r"\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -15,6 +17,8 @@ ExternalUser = Field(..., min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x
 
 
 class SessionIn(Schema):
+    model_config = {"json_schema_extra": {"examples": [{"user": "alice", "memory": "on"}]}}
+
     user: str = ExternalUser
     memory: Literal["on", "off"] = "on"
 
@@ -27,6 +31,12 @@ class SessionOut(Schema):
 
 
 class TurnIn(Schema):
+    model_config = {
+        "json_schema_extra": {
+            "examples": [{"role": "user", "content": "We are on-prem by contract; never propose cloud services."}]
+        }
+    }
+
     role: Literal["user", "assistant", "tool"]
     # Enforced by _clean_content (for its clearer errors); declared here so the spec says so too.
     content: str = Field(
@@ -37,6 +47,19 @@ class TurnIn(Schema):
 
 
 class TurnsIn(Schema):
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "turns": [
+                        {"role": "user", "content": "How should we store the uploads of the new module?"},
+                        {"role": "assistant", "content": "On your own servers: an on-prem object store such as MinIO."},
+                    ]
+                }
+            ]
+        }
+    }
+
     turns: list[TurnIn] = Field(
         ..., description="1 to MEMORY_MAX_TURNS_PER_CALL turns (100 by default).", json_schema_extra={"minItems": 1}
     )
@@ -67,8 +90,14 @@ class SessionStatusOut(Schema):
 
 
 class RecallIn(Schema):
+    model_config = {
+        "json_schema_extra": {
+            "examples": [{"session": "3f2b8c1e-9d4a-4c7b-8e2f-1a6d5b9c0e47", "message": "Where should the uploads go?"}]
+        }
+    }
+
     session: uuid.UUID
-    message: str = Field("", max_length=32 * 1024)
+    message: str = Field("", max_length=MESSAGE_MAX_CHARS)
     refresh: bool = Field(False, strict=True)
 
 
@@ -88,8 +117,21 @@ class RecallOut(Schema):
 
 
 class PromptIn(Schema):
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "session": "3f2b8c1e-9d4a-4c7b-8e2f-1a6d5b9c0e47",
+                    "message": "Where should the uploads go?",
+                    "instructions": "You are a helpful, concise engineering assistant.",
+                    "tool_guidance": "You have no tools; say what you would look up instead.",
+                }
+            ]
+        }
+    }
+
     session: uuid.UUID
-    message: str = Field("", max_length=32 * 1024)
+    message: str = Field("", max_length=MESSAGE_MAX_CHARS)
     instructions: str = Field("", max_length=200_000)
     tool_guidance: str = Field("", max_length=200_000)
     refresh: bool = Field(False, strict=True)

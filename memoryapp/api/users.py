@@ -27,7 +27,7 @@ class PortalOut(Schema):
 
 
 @router.post("/{user}/portal", response={200: PortalOut, **_errors()})
-@requires("read")
+@requires("portal")
 def portal_link(request: HttpRequest, user: str):
     """A one-time sign-in link to the user's "My memory" pages, valid for a few minutes."""
 
@@ -49,6 +49,7 @@ class ReceiptOut(Schema):
     requested_via: str
     subject_ref: str
     counts: dict[str, int]
+    identities: list[str] = []  # the organisations whose assistants knew the person by an id of theirs
 
 
 def _person(request, external_id):
@@ -63,9 +64,14 @@ def _person(request, external_id):
 @router.get("/{user}/export", response={200: dict, **_errors()})
 @requires("read")
 def export_user(request: HttpRequest, user: str):
-    """Everything held about the user, as one JSON document described by `schema_version`."""
+    """What this organisation remembers of the user, as one JSON document described by `schema_version`.
 
-    return Status(200, export.export_user(_person(request, user)))
+    Their facts with history, and the sessions (kept turns), extraction runs and recall logs of this
+    organisation's sessions. No account data (username, e-mail, other organisations) and no support
+    access log: those are in the person's own export on their memory pages.
+    """
+
+    return Status(200, export.export_user(_person(request, user), for_org=request.org))
 
 
 @router.delete("/{user}", response={202: ReceiptOut, **_errors()})

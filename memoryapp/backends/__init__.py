@@ -7,7 +7,7 @@ A backend has a `name`, a `model`, `extract(text) -> Answer` (JSON text with a "
 from django.conf import settings
 
 from memoryapp.backends.anthropic import AnthropicBackend
-from memoryapp.backends.base import Answer, ModelUnavailable, Usage
+from memoryapp.backends.base import Answer, ModelUnavailable, Usage, bounded
 from memoryapp.backends.offline import OfflineBackend
 from memoryapp.backends.openai import OpenAIBackend
 from memoryapp.backends.scripted import ScriptedBackend
@@ -44,3 +44,39 @@ def active_backend():
     if not isinstance(choice, str):
         return choice
     return BACKENDS[choice]()
+
+
+def request_verdicts(on_fallback):
+    """Verdicts for a web request: one model attempt of at most MODEL_REQUEST_SECONDS.
+
+    When the model times out or is down, the offline judge answers instead and `on_fallback(name)`
+    is told (the caller labels the write in provenance) — unless MODEL_STRICT, when
+    ModelUnavailable reaches the caller (a 503 with Retry-After).
+    """
+
+    # Why remember the failure: a write judges again when its neighbours changed meanwhile (up to
+    # writing.JUDGE_ATTEMPTS times); after one failed attempt the request must not wait on the model
+    # again, or a hung provider costs a person JUDGE_ATTEMPTS x MODEL_REQUEST_SECONDS (drill provider-hung).
+    failed = []
+
+    def judge(new_text, old_texts):
+        backend = active_backend()
+        try:
+            if failed:
+                raise ModelUnavailable(f"{backend.name} already failed in this request")
+            with bounded(settings.MODEL_REQUEST_SECONDS):
+                return backend.verdicts(new_text, old_texts)
+        except ModelUnavailable:
+            if settings.MODEL_STRICT:
+                raise
+            if not failed:  # the write is labelled once
+                on_fallback(backend.name)
+            failed.append(backend.name)
+            return OfflineBackend().verdicts(new_text, old_texts)
+
+    return judge
+
+
+def call_timeout(backend):
+    """One model call's timeout for `backend` (None for a backend that calls no provider)."""
+    return {"anthropic": settings.ANTHROPIC_TIMEOUT, "openai": settings.OPENAI_TIMEOUT}.get(backend.name)

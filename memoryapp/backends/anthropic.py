@@ -6,7 +6,15 @@ import time
 import anthropic
 from django.conf import settings
 
-from memoryapp.backends.base import EXTRACT_SYSTEM, VERDICT_SYSTEM, Answer, ModelUnavailable, Usage, parse_verdicts
+from memoryapp.backends.base import (
+    EXTRACT_SYSTEM,
+    VERDICT_SYSTEM,
+    Answer,
+    ModelUnavailable,
+    Usage,
+    budgeted,
+    parse_verdicts,
+)
 
 
 @functools.lru_cache(maxsize=4)
@@ -25,11 +33,13 @@ def client():
 
     `ANTHROPIC_HTTP_CLIENT` is None in production; tests set an httpx2 client on a MockTransport.
     """
-    return _client(
-        settings.ANTHROPIC_API_KEY,
-        settings.ANTHROPIC_TIMEOUT,
-        settings.ANTHROPIC_MAX_RETRIES,
-        settings.ANTHROPIC_HTTP_CLIENT,
+    return budgeted(
+        _client(
+            settings.ANTHROPIC_API_KEY,
+            settings.ANTHROPIC_TIMEOUT,
+            settings.ANTHROPIC_MAX_RETRIES,
+            settings.ANTHROPIC_HTTP_CLIENT,
+        )
     )
 
 

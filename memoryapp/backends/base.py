@@ -1,5 +1,7 @@
 """What every model backend shares: the prompts, the answer and usage records, verdict parsing."""
 
+import contextlib
+import contextvars
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -70,6 +72,26 @@ PRICE_PER_MTOK = {
 
 class ModelUnavailable(RuntimeError):
     """The model could not be reached or kept failing after bounded retries."""
+
+
+# Seconds a model call may take on the web path: one attempt, no SDK retries. None off the web path.
+_budget = contextvars.ContextVar("model_call_budget", default=None)
+
+
+@contextlib.contextmanager
+def bounded(seconds):
+    """Within this block every model call is one attempt of at most `seconds` (a person is waiting)."""
+    token = _budget.set(seconds)
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def budgeted(client):
+    """The SDK client as is, or limited to one attempt within the current budget (`bounded`)."""
+    seconds = _budget.get()
+    return client if seconds is None else client.with_options(timeout=seconds, max_retries=0)
 
 
 @dataclass

@@ -19,16 +19,15 @@ import numpy as np
 
 from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
+from memoryapp.vocabulary import KINDS, NEGATION
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "offline_learned.npz"
 WEIGHTS_SHA256 = "7cae819a27d09076367d8648c29641d73291c16ba040f3dc0b723ec3e9533ca9"
-KINDS = ("preference", "constraint", "profile", "goal")
 VERDICTS = ("CONTRADICTS", "DUPLICATE", "INDEPENDENT")
 
 
 # --- features ----------------------------------------------------------------------
 
-_NEGATION = re.compile(r"\b(not|no|never|nothing|none|nobody|neither|nor|without|cannot|\w+n't)\b", re.I)
 NUMBER = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen)\b", re.I)
 _CHANGE = re.compile(
     r"\b(now|no longer|anymore|any more|instead|switched|moved|migrated|changed|replaced|stopped|quit|left|"
@@ -79,7 +78,7 @@ def _words(text):
 
 
 def _numbers(text):
-    return set(m.group(0).lower() for m in NUMBER.finditer(text))
+    return {m.group(0).lower() for m in NUMBER.finditer(text)}
 
 
 def clause_cues(text):
@@ -95,7 +94,7 @@ def clause_cues(text):
             1.0 if re.search(r"\byou\b|\byour\b", low) else 0.0,
             1.0 if _MOOD.search(t) else 0.0,
             1.0 if _PAST.search(t) else 0.0,
-            1.0 if _NEGATION.search(t) else 0.0,
+            1.0 if NEGATION.search(t) else 0.0,
             1.0 if _LIKE.search(t) else 0.0,
             1.0 if _GOAL.search(t) else 0.0,
             1.0 if _CONSTRAINT.search(t) else 0.0,
@@ -113,7 +112,7 @@ def pair_cues(old, new, cosine):
     shared = wa & wb
     union = wa | wb
     na, nb = _numbers(old), _numbers(new)
-    neg_a, neg_b = bool(_NEGATION.search(old)), bool(_NEGATION.search(new))
+    neg_a, neg_b = bool(NEGATION.search(old)), bool(NEGATION.search(new))
     only_a, only_b = wa - wb, wb - wa
     ta, tb = old.casefold().rstrip(" .").split(), new.casefold().rstrip(" .").split()
     prefix = 0
@@ -263,23 +262,11 @@ def version():
     return f"offline-learned-{WEIGHTS_SHA256[:8]}"
 
 
-_cache = {}
-_CACHE_SIZE = 4096
-
-
 def vectors(texts):
-    """MiniLM vectors for texts, one batch for the ones not seen lately (stored facts recur)."""
-
+    """MiniLM vectors for texts, in one batch; nothing is kept (a cache of fact texts in worker memory
+    would be out of erasure's reach)."""
     texts = list(texts)
     if not texts:
         return np.zeros((0, 384), np.float32)
-    found = {t: _cache.get(t) for t in dict.fromkeys(texts)}
-    missing = [t for t, v in found.items() if v is None]
-    if missing:
-        # Its weights were trained on the unquantized MiniLM, whichever model stores the facts.
-        for t, v in zip(missing, embeddings.embed_many(missing, model=embeddings.minilm()), strict=True):
-            found[t] = v
-            if len(_cache) >= _CACHE_SIZE:
-                _cache.pop(next(iter(_cache)), None)
-            _cache[t] = v
-    return np.stack([found[t] for t in texts])
+    # Its weights were trained on the unquantized MiniLM, whichever model stores the facts.
+    return embeddings.embed_many(texts, model=embeddings.minilm())

@@ -273,9 +273,7 @@ _PLURAL = [
 
 
 def _singular(stated):
-    for rx, repl in _PLURAL:
-        stated = rx.sub(repl, stated)
-    return stated
+    return phrasing.substitute(stated, _PLURAL)
 
 
 # "I moved to Madrid last month": where the user lives now, the fact a later "I live in X" updates.
@@ -321,49 +319,78 @@ def extract_facts(text):
     """Facts from user turns: first-person durable statements the model accepts, in the third person."""
     found, pending = [], []
     for clause, stated in _statement_clauses(text):
-        addressed = _addressed(clause)
-        if addressed and not _WISH_POINTS_BACK.search(addressed[0]):
-            found.append((_for_them(addressed[0]), addressed[1], "personal"))
-        elif addressed:
-            continue  # "Don't call me that": a wish about something only the conversation names
-        elif _ORG.match(clause):
-            found.append((_finish(_org_subject(clause)), "profile", "org"))
-        elif _HOUSE_RULE.match(clause) and phrasing.AT_WORK.search(clause):
-            rule = clause[:1].lower() + clause[1:] if clause[1:2].islower() else clause  # "API changes" stays
-            found.append((_finish(f"In the user's work, {rule}"), "constraint", "personal"))
+        fact = _ruled_fact(clause)
+        if fact is not None:
+            if fact:
+                found.append(fact)
         elif stated and len(stated.split()) >= 2 and not any(_NOT_LASTING.search(t) for t in (stated, clause)):
             pending.append(stated)
-    if pending:
-        model = learned.model()
-        # The training data speaks of "I" only: the model reads "we use X" as "I use X".
-        seen_as = [_singular(s) for s in pending]
-        vectors = learned.vectors(seen_as)
-        keep = model.fact_probability(vectors, seen_as) >= model.fact_threshold
-        kinds = model.kinds(vectors, seen_as)
-        for stated, kept, kind in zip(pending, keep, kinds, strict=True):
-            # Fallback rules: a first-person constraint ("we can't use GPL code"), an explicit preference
-            # ("I prefer tabs") or a stated goal ("I'm trying to learn Rust") is kept even when the model,
-            # trained on chit-chat, is unsure: these are what an assistant most needs to remember.
-            cue = _FALLBACK.search(stated)
-            tool = cue is None and _TOOL.match(stated.replace("I'm on", "I am on").replace("We're on", "We are on"))
-            if not kept and cue is None and not tool:
-                continue
-            if cue is not None and not kept:
-                kind = next(k for k, v in cue.groupdict().items() if v)
-            elif tool and not kept:
-                kind = "profile"
-            fact = _phrase(stated)
-            if fact and not _POINTS_BACK.search(fact) and not _says_nothing(fact):
-                if _CONSTRAINT_CUE.search(stated):
-                    kind = "constraint"
-                elif _SWITCHED.match(stated) or _REPLACED.match(stated):
-                    kind = "profile"  # what the user now uses, not a rule the assistant must keep
-                found.append((fact, kind, "personal"))
+    found.extend(_learned_facts(pending))
+    return _unique_facts(found)
+
+
+def _ruled_fact(clause):
+    """(text, kind, scope) for a clause a rule reads, () for one it reads as no fact, None for the model."""
+    addressed = _addressed(clause)
+    if addressed and not _WISH_POINTS_BACK.search(addressed[0]):
+        return (_for_them(addressed[0]), addressed[1], "personal")
+    if addressed:
+        return ()  # "Don't call me that": a wish about something only the conversation names
+    if _ORG.match(clause):
+        return (_finish(_org_subject(clause)), "profile", "org")
+    if _HOUSE_RULE.match(clause) and phrasing.AT_WORK.search(clause):
+        rule = clause[:1].lower() + clause[1:] if clause[1:2].islower() else clause  # "API changes" stays
+        return (_finish(f"In the user's work, {rule}"), "constraint", "personal")
+    return None
+
+
+def _learned_facts(pending):
+    """The statements the learned model keeps (or a fallback rule rescues), phrased as facts."""
+    if not pending:
+        return []
+    model = learned.model()
+    # The training data speaks of "I" only: the model reads "we use X" as "I use X".
+    seen_as = [_singular(s) for s in pending]
+    vectors = learned.vectors(seen_as)
+    keep = model.fact_probability(vectors, seen_as) >= model.fact_threshold
+    kinds = model.kinds(vectors, seen_as)
+    found = []
+    for stated, kept, kind in zip(pending, keep, kinds, strict=True):
+        kind = _rescued_kind(stated, kind) if not kept else kind
+        if kind is None:
+            continue
+        fact = _phrase(stated)
+        if fact and not _POINTS_BACK.search(fact) and not _says_nothing(fact):
+            if _CONSTRAINT_CUE.search(stated):
+                kind = "constraint"
+            elif _SWITCHED.match(stated) or _REPLACED.match(stated):
+                kind = "profile"  # what the user now uses, not a rule the assistant must keep
+            found.append((fact, kind, "personal"))
+    return found
+
+
+def _rescued_kind(stated, kind):
+    """The kind of a statement the model passed over that a fallback rule keeps, or None.
+
+    A first-person constraint ("we can't use GPL code"), an explicit preference ("I prefer tabs") or
+    a stated goal ("I'm trying to learn Rust") is kept even when the model, trained on chit-chat, is
+    unsure: these are what an assistant most needs to remember.
+    """
+    cue = _FALLBACK.search(stated)
+    if cue is not None:
+        return next(k for k, v in cue.groupdict().items() if v)
+    if _TOOL.match(stated.replace("I'm on", "I am on").replace("We're on", "We are on")):
+        return "profile"
+    return None
+
+
+def _unique_facts(found):
     facts, seen = [], set()
     for fact, kind, scope in found:
         fact = validation.normalise(fact)
-        # The same squeeze as the model's answers: too long, two sentences or instruction-shaped -> dropped.
-        if validation.fact_problem(fact, kind) is None and fact.casefold() not in seen:
+        # The same squeeze as the model's answers: what can never be a fact is dropped; what the judge
+        # may hold as pending goes on to the write path, which judges it with its vector.
+        if validation.refusal(fact, kind) is None and fact.casefold() not in seen:
             seen.add(fact.casefold())
             facts.append({"text": fact, "kind": kind, "scope": scope})
     return facts
@@ -383,6 +410,21 @@ CONTRADICTION_AGREEMENT = 0.03
 # Where a person lives is one place at a time, though Dialogue NLI's `live_in_general` is not
 # among the single-valued relations its pairs are derived with.
 _ONE_AT_A_TIME = {"live_in_general", "live_in_citystatecountry"}
+# What the grammar of the pair settles before the model's word counts (measured on the dev pairs):
+# an added fact ("also", "too", "another") stands beside the old one; and "the user's <thing> is X"
+# names the one value of that thing, so another value for the same thing replaces it.
+_ADDITIVE = re.compile(r"\b(also|too|as well|another|a second)\b", re.IGNORECASE)
+_ONE_NAMED = re.compile(r"^the user's ((?:[\w-]+ ){0,3}[\w-]+) is (?!not\b)(.+?)\.?$", re.IGNORECASE)
+
+
+def _grammar_verdict(old, new):
+    """INDEPENDENT for an added fact, CONTRADICTS for a new value of a named thing, else None."""
+    if _ADDITIVE.search(new):
+        return "INDEPENDENT"
+    a, b = _ONE_NAMED.match(old.strip()), _ONE_NAMED.match(new.strip())
+    if a and b and a[1].casefold() == b[1].casefold() and a[2].casefold() != b[2].casefold():
+        return "CONTRADICTS"
+    return None
 
 
 def names(text):
@@ -463,6 +505,8 @@ def verdicts(new, olds):
         # Nor is a liking and a dislike ("likes jazz and blues" / "is tired of jazz").
         if out[i] == "DUPLICATE" and _leaning(old) * _leaning(new) < 0:
             out[i] = _best_but_duplicate(probs[i])
+    for i, old in enumerate(olds):
+        out[i] = _grammar_verdict(old, new) or out[i]
     differ = [i for i, old in enumerate(olds) if _names_differ(old, new)]
     if differ:
         for i in differ:

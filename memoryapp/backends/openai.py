@@ -21,9 +21,10 @@ from memoryapp.backends.base import (
     Answer,
     ModelUnavailable,
     Usage,
+    budgeted,
     parse_verdicts,
 )
-from memoryapp.models import KINDS
+from memoryapp.vocabulary import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,14 @@ def _client(base_url, api_key, timeout, max_retries, http_client):
 
 def client():
     """The OpenAI client for the current settings (kept, so connections are reused)."""
-    return _client(
-        settings.OPENAI_BASE_URL,
-        settings.OPENAI_API_KEY,
-        settings.OPENAI_TIMEOUT,
-        settings.OPENAI_MAX_RETRIES,
-        settings.OPENAI_HTTP_CLIENT,
+    return budgeted(
+        _client(
+            settings.OPENAI_BASE_URL,
+            settings.OPENAI_API_KEY,
+            settings.OPENAI_TIMEOUT,
+            settings.OPENAI_MAX_RETRIES,
+            settings.OPENAI_HTTP_CLIENT,
+        )
     )
 
 

@@ -331,80 +331,131 @@ def third_person(sentence):
     text = _FILLER.sub("", text)
     if not text:
         return None
+    writer = _Rewriter(text)
+    for m in _TOKEN.finditer(text):
+        writer.token(m)
+    result = re.sub(r"\s+", " ", "".join(writer.out)).strip().rstrip(".!?,;: ")
+    if "the user" not in result:
+        return None  # not about the user
+    result = result[0].upper() + result[1:] + "."
+    if validation.refusal(result, "profile"):  # what could be pending is the write path's to judge
+        return None
+    return result
+
+
+def _we_reading(text):
+    """(who "we" is, whose "our" is, whether "we" takes a plural verb) in this sentence."""
     # "We" is the user's family where people live and the family they have, the user's team at work
     # ("we use Django"), and elsewhere the user, with others where the sentence says so ("we went
     # camping" is no team outing: the user went camping; "we back each other up").
     # "Our kids love Lego." -> "The user's kids love Lego."; "our cat" -> "the user's cat".
-    household, plural, ours = _HOUSEHOLD.match(text), False, "the user's"
+    household = _HOUSEHOLD.match(text)
     if household:
-        we = "the user's family"
-        if not household[0].lower().startswith("our"):
-            ours = "the user's family's"
-    elif AT_WORK.search(text):
-        we, ours = "the user's team", "the user's team's"
-    elif _TOGETHER.search(text):
-        we, plural = "the user and others", True
-    else:
-        we = "the user"
-    out = []
-    user_named = False  # "the user" once, then "they"
-    we_named = False  # the same for "we"
-    conjugate = None  # how to inflect the next verb: "user" (singular) or "they"
-    for m in _TOKEN.finditer(text):
+        return (
+            "the user's family",
+            "the user's" if household[0].lower().startswith("our") else "the user's family's",
+            False,
+        )
+    if AT_WORK.search(text):
+        return "the user's team", "the user's team's", False
+    if _TOGETHER.search(text):
+        return "the user and others", "the user's", True
+    return "the user", "the user's", False
+
+
+class _Rewriter:
+    """Rewrites one sentence token by token: first-person words, and the verb that follows them."""
+
+    def __init__(self, text):
+        self.text = text
+        self.we, self.ours, self.plural = _we_reading(text)
+        self.out = []
+        self.user_named = False  # "the user" once, then "they"
+        self.we_named = False  # the same for "we"
+        self.conjugate = None  # how to inflect the next verb: "user" (singular) or "they"
+
+    def token(self, m):
         tok = m.group(0)
         pronoun = _PRONOUN.fullmatch(tok)
         if pronoun:
-            word, clitic = pronoun.group(1).lower(), (pronoun.group(2) or "").lower() or None
-            if word == "i":
-                out.append("they" if user_named else "the user")
-                conjugate = "they" if user_named else "user"
-                user_named = True
-            elif word == "we":
-                out.append("they" if we_named else we)
-                conjugate = "they" if we_named or plural else "user"
-                we_named = True
-            elif word == "my":
-                out.append("their" if user_named else "the user's")
-                user_named = True
-                continue
-            elif word == "our" and not we_named and re.match(r"\s+team\b", text[m.end() :], re.I):
-                out.append("the user's")  # "our team" is the user's team, not "the user's team's team"
-            elif word == "our":
-                out.append("their" if we_named else ours)
-                we_named = True
-                continue
-            elif word in ("me", "myself"):
-                out.append(("them" if word == "me" else "themselves") if user_named else "the user")
-                user_named = True
-                continue
-            elif word in ("us", "ourselves"):
-                out.append(we)
-                continue
-            else:  # mine, ours
-                out.append("theirs" if word == "mine" else ours)
-                continue
-            if clitic:
-                out.append(" " + _FORMS[clitic][0 if conjugate == "user" else 1])
-                conjugate = None
-            continue
-        if conjugate and not tok.isspace():
-            low = tok.lower()
-            if low in _ADVERBS or low in ("not", "no longer"):
-                out.append(tok)
-                continue
-            if low in _FORMS:
-                out.append(_FORMS[low][0 if conjugate == "user" else 1])
-            elif conjugate == "user" and re.fullmatch(r"[A-Za-z]+", tok):
-                out.append(_third_person_verb(tok))
-            else:
-                out.append(tok)
-            conjugate = None
-            continue
-        out.append(tok)
-    result = re.sub(r"\s+", " ", "".join(out)).strip().rstrip(".!?,;: ")
-    if "the user" not in result:
-        return None  # not about the user
-    result = result[0].upper() + result[1:] + "."
-    if validation.fact_problem(result, "profile"):
-        return None
-    return result
+            self._pronoun(pronoun.group(1).lower(), (pronoun.group(2) or "").lower() or None, m.end())
+        elif self.conjugate and not tok.isspace():
+            self._verb(tok)
+        else:
+            self.out.append(tok)
+
+    def _pronoun(self, word, clitic, end):
+        if word == "i":
+            self.out.append("they" if self.user_named else "the user")
+            self.conjugate = "they" if self.user_named else "user"
+            self.user_named = True
+        elif word == "we":
+            self.out.append("they" if self.we_named else self.we)
+            self.conjugate = "they" if self.we_named or self.plural else "user"
+            self.we_named = True
+        elif word == "our" and not self.we_named and re.match(r"\s+team\b", self.text[end:], re.I):
+            self.out.append("the user's")  # "our team" is the user's team, not "the user's team's team"
+        else:
+            self.out.append(self._possessive_or_object(word))
+            return
+        if clitic:
+            self.out.append(" " + _FORMS[clitic][0 if self.conjugate == "user" else 1])
+            self.conjugate = None
+
+    def _possessive_or_object(self, word):
+        if word == "my":
+            said, self.user_named = ("their" if self.user_named else "the user's"), True
+        elif word == "our":
+            said, self.we_named = ("their" if self.we_named else self.ours), True
+        elif word in ("me", "myself"):
+            said = ("them" if word == "me" else "themselves") if self.user_named else "the user"
+            self.user_named = True
+        elif word in ("us", "ourselves"):
+            said = self.we
+        else:  # mine, ours
+            said = "theirs" if word == "mine" else self.ours
+        return said
+
+    def _verb(self, tok):
+        low = tok.lower()
+        if low in _ADVERBS or low in ("not", "no longer"):
+            self.out.append(tok)
+            return  # the verb is still to come
+        if low in _FORMS:
+            self.out.append(_FORMS[low][0 if self.conjugate == "user" else 1])
+        elif self.conjugate == "user" and re.fullmatch(r"[A-Za-z]+", tok):
+            self.out.append(_third_person_verb(tok))
+        else:
+            self.out.append(tok)
+        self.conjugate = None
+
+
+# The person's own page speaks to them ("You prefer tea."); a correction typed in that voice is
+# turned into the first person, then stored in the third like every fact.
+_SECOND_PERSON = (
+    (re.compile(r"\byou(?:'re| are)\b", re.IGNORECASE), "I am"),
+    (re.compile(r"\byou were\b", re.IGNORECASE), "I was"),
+    (re.compile(r"\byou(?:'ve| have)\b", re.IGNORECASE), "I have"),
+    (re.compile(r"\byourself\b", re.IGNORECASE), "myself"),
+    (re.compile(r"\byours\b", re.IGNORECASE), "mine"),
+    (re.compile(r"\byour\b", re.IGNORECASE), "my"),
+    (re.compile(r"^you\b", re.IGNORECASE), "I"),
+    (re.compile(r"\byou\b", re.IGNORECASE), "me"),
+)
+
+
+def stored_voice(text):
+    """A fact as it is stored, whatever voice the person typed it in: 'You prefer tea.', 'I prefer tea.'
+    and 'The user prefers tea.' are all 'The user prefers tea.'. Text that names no person is kept."""
+    text = validation.normalise(text)
+    if re.match(r"the user\b", text, re.IGNORECASE):
+        return text
+    first = substitute(text, _SECOND_PERSON) if re.search(r"\byou", text, re.IGNORECASE) else text
+    return third_person(first) or text
+
+
+def substitute(text, table):
+    """`text` with each (pattern, replacement) of `table` applied in order."""
+    for pattern, replacement in table:
+        text = pattern.sub(replacement, text)
+    return text

@@ -13,11 +13,6 @@ from pgvector.psycopg.vector import VectorBinaryDumper
 
 from memoryapp import db
 
-# psycopg prepares a statement only on a cursor that asks (prepare=True) once this is not None; a
-# huge threshold means nothing is ever prepared automatically. Django's own cursors bind client-side
-# and are never prepared whatever this says.
-PREPARE_ONLY_ON_REQUEST = 2**31
-
 
 class PreparedCursor(base.ServerBindingCursor):
     """A server-side-binding cursor whose every statement is prepared once per connection.
@@ -46,22 +41,14 @@ def _vector_dumper(oid):
 
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
-    vector_oid = None  # the `vector` type's oid in this connection's database
 
-    def init_connection_state(self):
-        super().init_connection_state()
-        self.connection.prepare_threshold = PREPARE_ONLY_ON_REQUEST
-        # Why a generic plan: the recall statement has the same shape for every user and message, and
-        # planning its CTEs cost about as much as running them. The setting affects prepared
-        # statements only, and only PreparedCursor makes any. (Behind a pooler that drops session
-        # settings, recall gets a plan per execution instead: slower, never wrong.)
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), to_regtype('vector')::oid"
-            )
-            self.vector_oid = cursor.fetchone()[1]  # None before the first migration creates the extension
-        if not self.get_autocommit():
-            self.connection.commit()
+    def _configure_connection(self, connection):
+        """Once per physical connection (by the pool when it opens one, else on connect)."""
+        commit = super()._configure_connection(connection)
+        # The `vector` type's oid in this connection's database, kept on the connection itself: a
+        # pooled connection serves many threads' wrappers, and a test database has its own oid.
+        connection.memoryapp_vector_oid = connection.execute("SELECT to_regtype('vector')::oid").fetchone()[0]
+        return True if not connection.autocommit else commit
 
     def prepared_cursor(self):
         """A cursor for a hot statement: prepared on first use on this connection, then run without planning.
@@ -73,16 +60,33 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self.ensure_connection()
         with self.wrap_database_errors:
             cursor = PreparedCursor(self.connection)
-            if self.vector_oid is None:
-                self.vector_oid = self.connection.execute("SELECT to_regtype('vector')::oid").fetchone()[0]
-            if self.vector_oid is not None:
-                cursor.adapters.register_dumper(Vector, _vector_dumper(self.vector_oid))
+            oid = getattr(self.connection, "memoryapp_vector_oid", None)
+            if oid is None:  # the extension did not exist yet when the connection was configured
+                oid = self.connection.memoryapp_vector_oid = self.connection.execute(
+                    "SELECT to_regtype('vector')::oid"
+                ).fetchone()[0]
+            if oid is not None:
+                cursor.adapters.register_dumper(Vector, _vector_dumper(oid))
             return self._prepare_cursor(cursor)
+
+    def get_new_connection(self, conn_params):
+        try:
+            return super().get_new_connection(conn_params)
+        except self.Database.OperationalError:  # refused, or the pool's wait ran out (PoolTimeout)
+            # The embedded server stopped (a crash, `embedded_db stop`, a reboot): start it again here,
+            # on this connection attempt, instead of answering 503 until someone starts it by hand.
+            # A pool's connections point at the old server, so the pool is rebuilt too.
+            if not (self.settings_dict.get("EMBEDDED") and db.embedded_stopped()):
+                raise
+            self.close_pool()
+            return super().get_new_connection(self.get_connection_params())
 
     def get_connection_params(self):
         params = super().get_connection_params()
         if self.settings_dict.get("EMBEDDED"):
-            params.update(db.embedded_connection_params())
-        else:
+            # Django's error, not psycopg's: the pool asks for these outside Django's own wrapping.
+            with self.wrap_database_errors:
+                params.update(db.embedded_connection_params())
+        elif self.settings_dict.get("CHECK_PGVECTOR", True):
             db.check_pgvector_once(params)
         return params

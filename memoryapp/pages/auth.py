@@ -1,17 +1,21 @@
-"""Sign-in, rate limited per account name and per client address."""
+"""Sign-in, rate limited per account name and client address together, and per client address."""
 
 import hashlib
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import SetPasswordForm
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
 from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
+from memoryapp import password_reset as password_reset_links
 from memoryapp import ratelimit
 
 
@@ -25,11 +29,17 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        limit = settings.MEMORY["LOGIN_RATE_PER_MINUTE"]
+        address = _client_ip(request)
         username = request.POST.get("username", "")[:150].casefold()
-        # Hashed so any characters a client sends make a safe cache key.
-        user_key = hashlib.sha256(username.encode("utf-8", "replace")).hexdigest()[:32]
-        for bucket in (f"login-ip:{_client_ip(request)}", f"login-user:{user_key}"):
+        # Per account name *and* address: a stranger's wrong guesses from elsewhere never lock the
+        # person out of their own account. Per address as well, so one client cannot spray names.
+        # Hashed so any characters a client sends make a safe key.
+        pair = hashlib.sha256(f"{username}\x00{address}".encode("utf-8", "replace")).hexdigest()[:32]
+        limits = (
+            (f"login-ip:{address}", settings.MEMORY["LOGIN_ADDRESS_RATE_PER_MINUTE"]),
+            (f"login-user-ip:{pair}", settings.MEMORY["LOGIN_RATE_PER_MINUTE"]),
+        )
+        for bucket, limit in limits:
             allowed, retry_after = ratelimit.hit(bucket, limit)
             if not allowed:
                 response = render(request, "auth/too_many.html", {"retry_after": retry_after}, status=429)
@@ -49,3 +59,26 @@ def admin_login(request):
             return redirect(next_url)
         raise PermissionDenied("The admin site is for staff only.")
     return redirect(f"{reverse('login')}?{urlencode({'next': next_url})}")
+
+
+@require_http_methods(["GET", "POST"])
+def password_reset(request, reset_token):
+    """Set a new password from a one-time link. GET only shows the form, so link previewers cannot use it up."""
+    try:
+        person = password_reset_links.person_for(reset_token)
+    except password_reset_links.ResetError as exc:
+        return render(request, "auth/reset_invalid.html", {"message": str(exc)}, status=410)
+    if request.method == "GET":
+        form = SetPasswordForm(person)
+    else:
+        try:
+            form = password_reset_links.reset(reset_token, lambda user: SetPasswordForm(user, request.POST))
+        except password_reset_links.ResetError as exc:
+            return render(request, "auth/reset_invalid.html", {"message": str(exc)}, status=410)
+        if form.is_valid():
+            messages.success(request, "Your password is set. Sign in with it.")
+            return redirect("login")
+    status = 400 if request.method == "POST" else 200
+    response = render(request, "auth/reset.html", {"form": form, "person": person}, status=status)
+    add_never_cache_headers(response)
+    return response

@@ -12,32 +12,49 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
-# Always-on kinds first: they are in every prompt.
-KIND_ORDER = ["constraint", "profile", "preference", "goal"]
-# kind -> (one, many, what it means to the person)
-KINDS = {
-    "constraint": ("Constraint", "Constraints", "Rules the assistant must respect. Always given to the assistant."),
-    "profile": ("About you", "About you", "Who you are and what you work with. Always given to the assistant."),
+# kind -> (one, many, what it means to the person), in the person's own words.
+# Which facts reach the assistant is recall's decision (memoryapp.recall.tier1_ids), shown per fact.
+KIND_NAMES = {
+    "constraint": (
+        "Constraint",
+        "Constraints",
+        "Rules the assistant must respect. The first ones are given in every conversation, the rest when relevant.",
+    ),
+    "profile": (
+        "About you",
+        "About you",
+        "Who you are and what you work with. A few are given in every conversation, the rest when relevant.",
+    ),
     "preference": ("Preference", "Preferences", "How you like things done. Given to the assistant when relevant."),
     "goal": ("Goal", "Goals", "What you are working towards. Given to the assistant when relevant."),
 }
+# What an empty kind says on its filter.
+EMPTY_KIND = {
+    "constraint": "No constraints yet.",
+    "profile": "Nothing about you yet.",
+    "preference": "No preferences yet.",
+    "goal": "No goals yet.",
+}
+# How each live fact reaches the assistant, in the person's words (see fact_use).
+USE_ALWAYS = "In every conversation"
+USE_RELEVANT = "When relevant"
+USE_IDLE = "Not used lately"
+USE_OFF = "Not used: memory is off"
+LATELY_DAYS = 30
+# Why the nightly job forgot a fact (memoryapp.forgetting's rule names), in the person's words.
+FORGET_REASONS = {
+    "stale_goal": "A goal not mentioned for a long time",
+    "never_recalled": "Never needed in a conversation",
+}
 # For org facts the profile kind describes the organisation, not "you".
 ORG_KIND_NAMES = {"profile": ("About the team", "About the team")}
-KIND_CHOICES = [
-    ("constraint", "Constraint: a rule the assistant must respect"),
-    ("profile", "Profile: who someone is, what they work with"),
-    ("preference", "Preference: how things should be done"),
-    ("goal", "Goal: something being worked towards"),
-]
-# The neutral names, for staff (a profile fact is not "about you" to a support agent).
-KIND_LABELS = {"constraint": "Constraint", "profile": "Profile", "preference": "Preference", "goal": "Goal"}
 DATE_FORMAT = "j M Y"  # 3 Dec 2026, on every page
 
 
 def kind_name(kind, plural=False, org=False):
     """The display name of a kind (org facts' profile kind reads 'About the team')."""
     names = ORG_KIND_NAMES.get(kind) if org else None
-    names = names or KINDS.get(kind, (kind, kind))
+    names = names or KIND_NAMES.get(kind, (kind, kind))
     return names[1] if plural else names[0]
 
 
@@ -65,6 +82,16 @@ def day(moment):
     if isinstance(moment, str):
         moment = parse_datetime(moment)
     return date_format(timezone.localtime(moment), DATE_FORMAT) if moment else ""
+
+
+def usd(amount):
+    """A cost in dollars: '$0' for nothing, cents from a cent up ('$1.25'), else two significant digits ('$0.0012')."""
+    amount = float(amount or 0)
+    if amount == 0:
+        return "$0"
+    if abs(amount) >= 0.01:
+        return f"${amount:,.2f}"
+    return f"${amount:.2g}" if abs(amount) >= 0.0001 else "under $0.0001"
 
 
 def how_many_times(n):
@@ -127,6 +154,21 @@ def fact_urls():
     return urls_by_id("me:fact")
 
 
+def fact_use(fact, tier1, memory_on, now):
+    """How a live fact reaches the assistant now: in every conversation (tier 1 took it), when relevant,
+    not used lately (not recalled for LATELY_DAYS), or not at all while memory is off."""
+    if not memory_on:
+        return USE_OFF
+    if fact.id in tier1:
+        return USE_ALWAYS
+    if (fact.last_recalled_at or fact.created_at) < now - timedelta(days=LATELY_DAYS):
+        return USE_IDLE
+    return USE_RELEVANT
+
+
+_USE_CLASS = {USE_ALWAYS: "always", USE_RELEVANT: "relevant", USE_IDLE: "idle", USE_OFF: "off"}
+
+
 def _learned(fact):
     when = day(fact.created_at)
     if fact.origin == "user":
@@ -138,8 +180,9 @@ def _learned(fact):
     return f"Learned {when}"
 
 
-def fact_item(fact, now, url, fresh=False, just_corrected=False, on_history=False):
-    """The <li> for one of the person's own facts: text, actions when live, where it came from, last use."""
+def fact_item(fact, now, url, fresh=False, just_corrected=False, on_history=False, use=""):
+    """The <li> for one of the person's own facts: text, actions when live, where it came from, last use,
+    and `use`, how it reaches the assistant (fact_use)."""
     fid = escape(fact.id)
     text = escape(as_yours(fact.text or ""))
     state = fact.state
@@ -163,6 +206,8 @@ def fact_item(fact, now, url, fresh=False, just_corrected=False, on_history=Fals
             "      </div>\n    </details>"
         )
     out.append('  </div>\n  <div class="meta">')
+    if use and state == "live":
+        out.append(f'    <span class="use use-{_USE_CLASS.get(use, "relevant")}">{escape(use)}</span>')
     out.append(f"    <span>{escape(_learned(fact))}</span>")
     if fact.confirmation_count > 1:
         out.append(f"    <span>Heard again {how_many_times(fact.confirmation_count - 1)}</span>")
@@ -174,6 +219,40 @@ def fact_item(fact, now, url, fresh=False, just_corrected=False, on_history=Fals
         out.append(f'  <p class="small ok-note" role="status">{saved}</p>')
     out.append("</li>")
     return mark_safe("\n".join(out))  # noqa: S308 - every value above is escaped
+
+
+# What a support access log entry's page was, in words (memoryapp.support_access's page names).
+ACCESS_WORDS = {
+    "find": "a search",
+    "poisoning audit": "a safety check of stored facts",
+    "recall review": "a review of the memory given to the assistant",
+    "extraction run": "how a conversation was read for memory",
+    "forgetting run": "the list of facts memory forgot",
+    "admin": "the administration site",
+}
+
+
+def _short(text, limit=60):
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + "…"
+
+
+def access_words(page, facts, sessions):
+    """What support looked at, in plain words: "a fact: 'Your team is on-prem…'", "a search". `facts` and
+    `sessions` map ids (text) to the person's facts and conversations that log entries name."""
+    name, _, ref = page.partition(" ")
+    if name == "fact":
+        fact = facts.get(ref)
+        return f"a fact: “{_short(as_yours(fact.text))}”" if fact else "a fact since deleted"
+    if name == "conversation":
+        session = sessions.get(ref)
+        return f"a conversation from {day(session.started_at)}" if session else "a conversation since deleted"
+    if page.startswith("admin:"):
+        return ACCESS_WORDS["admin"]
+    for known, words in ACCESS_WORDS.items():
+        if page == known or page.startswith(known + " "):
+            return words
+    return "your memory"
 
 
 def _person_name(user, gone):

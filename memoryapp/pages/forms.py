@@ -3,8 +3,8 @@
 from django import forms
 
 from memoryapp import validation
-from memoryapp.models import FACT_MAX_CHARS
-from memoryapp.pages.display import KIND_CHOICES
+from memoryapp.backends.phrasing import stored_voice
+from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
 
 
 class FactForm(forms.Form):
@@ -24,8 +24,10 @@ class FactForm(forms.Form):
         error_messages={"required": "Choose a kind from the list.", "invalid_choice": "Choose a kind from the list."},
     )
 
-    def __init__(self, *args, text_label=None, **kwargs):
+    def __init__(self, *args, text_label=None, personal=False, **kwargs):
         super().__init__(*args, **kwargs)
+        # A person's own fact is written to them in the second person and stored in the third.
+        self.personal = personal
         if text_label:
             self.fields["text"].label = text_label
 
@@ -38,4 +40,4 @@ class FactForm(forms.Form):
             )
         if "<" in text or ">" in text:
             raise forms.ValidationError("A fact is plain text: remove the < and > characters. Nothing was saved.")
-        return text
+        return stored_voice(text) if self.personal else text

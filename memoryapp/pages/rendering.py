@@ -1,14 +1,39 @@
 """One way to answer a page request: the whole page, or only a named partial for htmx."""
 
+from django.core.exceptions import BadRequest
 from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+
+from memoryapp import paging
 
 
 def page_or_partial(request, template, partial=None, context=None, status=200):
     """Render `template`, or just its `partial` (django-template-partials) when htmx asked for it."""
     name = f"{template}#{partial}" if partial and request.htmx else template
-    return render(request, name, context or {}, status=status)
+    response = render(request, name, context or {}, status=status)
+    # One URL, two answers (page or partial): a cache must key on the header that chooses between them.
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def keyset(request, rows, order, limit):
+    """One page of `rows` after the ?after= cursor: a queryset in `order` (paging.keyset_page), or a sorted
+    list with `order` its key function (paging.keyset_rows). A cursor we never handed out is a 400."""
+    cursor = request.GET.get("after") or None
+    try:
+        if callable(order):
+            return paging.keyset_rows(rows, order, cursor, limit)
+        return paging.keyset_page(rows, order, cursor, limit)
+    except paging.BadCursor as exc:
+        raise BadRequest("That page address is not one this site made. Start again from the first page.") from exc
 
 
 def form_status(request, ok):
     """The status for a form answer: 400 on a whole page with errors; htmx swaps only 2xx, so 200."""
     return 200 if ok or request.htmx else 400
+
+
+def bad_request(request, exception):
+    """The 400 page, with what was wrong in words (a BadRequest's message is written for people here)."""
+    message = str(exception) if isinstance(exception, BadRequest) else ""  # never a SuspiciousOperation's
+    return render(request, "400.html", {"exception": message}, status=400)

@@ -4,6 +4,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from memoryapp import vocabulary
 from memoryapp.pages import display
 
 register = template.Library()
@@ -13,6 +14,12 @@ register = template.Library()
 def yours(text):
     """A fact about the signed-in person, in the second person."""
     return display.as_yours(text or "")
+
+
+@register.filter
+def usd(amount):
+    """A cost in dollars, as every page shows it (display.usd)."""
+    return display.usd(amount)
 
 
 @register.filter
@@ -38,7 +45,7 @@ def kind_name(kind, plural=False):
 @register.filter
 def kind_label(kind):
     """A kind's neutral name (support console)."""
-    return display.KIND_LABELS.get(kind, kind)
+    return vocabulary.KIND_LABELS.get(kind, kind)
 
 
 @register.filter
@@ -66,10 +73,14 @@ def fact_item(context, fact):
         context.render_context["_fact_urls"] = display.fact_urls()
     urls = context.render_context["_fact_urls"]
     highlight = context.get("highlight") or ""
+    now = context.get("now") or timezone.now()
+    tier1 = context.get("tier1")  # recall.tier1_ids, on pages that say how each fact is used
+    use = display.fact_use(fact, tier1, context.get("memory_on", True), now) if tier1 is not None else ""
     return display.fact_item(
         fact,
-        context.get("now") or timezone.now(),
+        now,
         urls(fact.id),
+        use=use,
         fresh=bool(highlight) and highlight == str(fact.id),
         just_corrected=bool(context.get("just_corrected")),
         on_history=bool(context.get("on_history")),

@@ -74,3 +74,11 @@ def test_hsts_and_secure_cookies_in_production_settings():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     hsts, session_secure, csrf_secure, redirect = out.stdout.split()
     assert int(hsts) >= 31536000 and session_secure == csrf_secure == redirect == "True"
+
+
+def test_every_answer_says_the_servers_own_time(client, api):
+    """Server-Timing: app;dur=<ms> on pages and API answers, errors included (bench_pages reads it)."""
+    import re
+
+    for response in (client.get("/login/"), api.post("/v1/sessions", {"user": "u1"}), api.get("/v1/no-such-route")):
+        assert re.fullmatch(r"app;dur=\d+\.\d\d", response["Server-Timing"]), response["Server-Timing"]

@@ -11,8 +11,8 @@ from django.core.cache import cache
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 
-from memoryapp import facts, sessions, writing
-from memoryapp.models import MemoryFact, Organization
+from memoryapp import facts, paging, sessions, writing
+from memoryapp.models import MemoryFact, Organization, all_scopes
 
 pytestmark = pytest.mark.django_db
 
@@ -31,14 +31,14 @@ def key(db, settings):
     settings.MEMORY = {**settings.MEMORY, "API_RATE_PER_MINUTE": 100_000}
     cache.clear()
     org = Organization.objects.create(slug="fuzz", name="Fuzz")
-    yield sessions.create_api_key(org, "fuzz")[1]
+    yield sessions.create_api_key(org, "fuzz", all_scopes())[1]  # every route is fuzzed past its scope check
     request_started.connect(close_old_connections)
     request_finished.connect(close_old_connections)
 
 
 def _fact_of(person):
     text = "The fuzz person likes fuzzy socks."
-    return MemoryFact.objects.for_user(person).live().first() or writing.store_fact(person, text, "preference").fact
+    return MemoryFact.objects.for_user(person).live().first() or writing.store(person, text, "preference").fact
 
 
 # The issue-18 swaps live in a hook rather than in the test body: hypothesis derives its derandomized
@@ -59,7 +59,7 @@ def _point_fact_routes_at_real_facts(ctx, case, **kwargs):
     # accepted (a forged one is 422, tested in test_facts_api). A schema-valid one becomes a real one.
     cursor = (case.query or {}).get("cursor")
     if isinstance(cursor, str) and len(cursor) <= 200:
-        case.query["cursor"] = facts.encode_cursor(_fact_of(person))
+        case.query["cursor"] = paging.cursor_after(_fact_of(person), facts.LIST_ORDER)
 
 
 def _is_uuid(value):

@@ -3,14 +3,18 @@ nothing left behind in the database."""
 
 import io
 import json
+import re
 
 import httpx2
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client, override_settings
 
 from bench import common as benchmarks
 from bench import loadgen
+from bench import pages as bench_pages
 from evals import judge
 from evals import locomo as lb
 from memoryapp.models import AgentSession, MemoryFact, Organization
@@ -204,8 +208,21 @@ def test_bench_write_smoke_through_a_real_worker(tmp_path):
     assert not get_user_model().objects.exists()
 
 
+@pytest.mark.django_db
+def test_bench_pages_measures_in_process_with_productions_hashed_static_files(tmp_path):
+    # With DEBUG off a page names its stylesheet from collectstatic's manifest; on a clone where
+    # `make run` never ran there is none, and `bench_pages --cpu` crashed on its first page.
+    hashed = {**settings.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+    with override_settings(STORAGES=hashed, STATIC_ROOT=tmp_path):
+        with pytest.raises(ValueError, match="manifest"):
+            Client().get("/login/")
+        with bench_pages.collected_static():
+            page = Client().get("/login/").content.decode()
+    assert re.search(r'href="/static/app\.[0-9a-f]{12}\.css"', page)
+
+
 @pytest.mark.django_db(transaction=True)
-def test_bench_pages_smoke_under_gunicorn(tmp_path):
+def test_bench_pages_smoke_under_the_shipped_server(tmp_path):
     path = tmp_path / "pages.json"
     out, _ = run("bench_pages", "--smoke", "--cpu", "5", "--json", str(path))
     assert "x ceiling" in out
@@ -223,12 +240,14 @@ def test_bench_pages_smoke_under_gunicorn(tmp_path):
     assert len(data["runs"]) == len(pages) * 2
     for r in data["runs"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["p50"] <= r["p99"]
-        # The server's own time comes from its access log, one line per request, recorded for every
-        # page and in the client's unit (seconds). It is not bounded by the client's worst case
-        # exactly: on a loaded machine (the suite's other worker beside it) one run logged a server
-        # p95 of 0.90 s for the trivial view against a client p99 of 0.80 s.
-        assert r["server_p95"] is not None and 0 < r["server_p50"] <= r["server_p95"] <= r["p99"] * 1.5 + 0.05
+        # The server's own time comes from each answer's Server-Timing header (uvicorn's access log has
+        # no duration), recorded for every page and in the client's unit (seconds: a millisecond or
+        # microsecond mix-up is 1000x off). It is not bounded by the client's worst case: on a loaded
+        # machine one run logged a server p95 of 0.90 s against a client p99 of 0.80 s, another 0.28 s
+        # against 0.12 s.
+        assert r["server_p95"] is not None and 0 < r["server_p50"] <= r["server_p95"] <= r["p99"] * 10 + 0.5
     assert data["session_engine"] in ("cached_db", "db") and len(data["load_average"]["start"]) == 3
+    assert (data["server"], data["uvicorn_workers"]) == ("uvicorn", 2)
     # In-process CPU per request: every page measured (the API, a POST, is not), each dearer than the trivial view.
     cpu = data["cpu_ms_per_request"]
     assert set(cpu) == pages and cpu["recall API (refresh)"] is None
@@ -246,6 +265,8 @@ def test_bench_pages_smoke_under_gunicorn(tmp_path):
 def test_python_load_generator_counts_requests_and_errors(live_server):
     ok = loadgen.run(live_server.url + "/healthz", clients=2, seconds=0.5)
     assert ok["requests"] > 0 and ok["errors"] == 0 and ok["p50"] <= ok["p99"]
+    # The server's own time, read from the Server-Timing header of each answer.
+    assert 0 < ok["server_p50"] <= ok["server_p95"] <= ok["p99"]
     missing = loadgen.run(live_server.url + "/no-such-page", clients=1, seconds=0.3)
     assert missing["requests"] == 0 and missing["errors"] > 0
 

@@ -1,9 +1,8 @@
 """bench_peers at smoke size: both systems answer the same queries, and the comparison is computed
-from what each returned, not declared. Uses the real mem0 when its virtualenv can be made here; the
-mem0-shaped SQL peer otherwise, and then the output says so."""
+from what each returned, not declared. Against the mem0-shaped SQL peer: the real mem0 needs a virtualenv
+installed from the network, which the command does and a test cannot."""
 
 import json
-import re
 from io import StringIO
 
 import psycopg
@@ -50,23 +49,16 @@ def _check(result, out):
     assert not [d for (d,) in left if d.endswith(("_smoke_perf", "_smoke_perf_mem0")) or "smoke" in d]
 
 
-def test_smoke_with_the_sql_shape_peer_is_labelled_as_not_mem0(tmp_path):
-    result, out, _ = _run(tmp_path, "--sql-peer")
+def test_smoke_without_mem0_says_why_and_runs_the_sql_shape_peer_labelled_as_not_mem0(tmp_path, monkeypatch):
+    """No mem0 virtualenv and --no-install: the smoke run prints why the real mem0 was skipped and compares
+    against the mem0-shaped SQL peer, labelled so that nobody reads it as mem0. (The real mem0 runs in
+    `bench_peers` itself; a test cannot install it.)"""
+    monkeypatch.setattr(peers, "venv_dir", lambda: tmp_path / "no-mem0-venv")
+    result, out, err = _run(tmp_path, "--no-install")
     assert result["peer"] == "sql-shape"
+    assert "SKIPPING the real mem0" in err and "--no-install was given" in result["peer_note"]
+    assert result["peer_note"] in out
     assert "NOT mem0" in result["mem0_version"] and "NOT mem0" in out
-    _check(result, out)
-
-
-def test_smoke_against_real_mem0_or_a_printed_reason(tmp_path):
-    result, out, err = _run(
-        tmp_path, *([] if peers.ensure_mem0(lambda m: None, install=False)[0] else ["--no-install"])
-    )
-    if result["peer"] == "mem0":
-        assert re.fullmatch(r"\d+\.\d+\.\d+", result["mem0_version"])
-        # Our bulk rows carry the payload mem0's own add(infer=False) writes.
-        assert {"data", "hash", "user_id", "text_lemmatized", "created_at"} <= set(result["mem0_payload_keys_from_add"])
-    else:
-        assert "SKIPPING the real mem0" in err and result["peer_note"] in out
     _check(result, out)
 
 

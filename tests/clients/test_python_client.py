@@ -4,12 +4,11 @@ import time
 
 import httpx
 import pytest
-from django.core.cache import cache
 from memoryapp_client import AsyncMemoryClient, MemoryappError, MemoryClient, models
 
 from memoryapp import ratelimit, sessions
 from memoryapp.api import api as ninja_api
-from memoryapp.models import MemoryFact
+from memoryapp.models import MemoryFact, RateCounter
 from tests.conftest import in_fresh_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,7 +18,6 @@ ONPREM = "The user's company is on-prem by contract and cannot use cloud service
 
 @pytest.fixture
 def key(org):
-    cache.clear()
     return sessions.create_api_key(org, "client-test")[1]
 
 
@@ -131,7 +129,7 @@ def test_a_429_is_retried_after_retry_after_sync_and_async(live_server, org, key
     assert 0.9 <= waited < 10
 
     _window_ending_in(monkeypatch, 1.5)
-    cache.clear()
+    RateCounter.objects.all().delete()  # the rate limits count in the database (no REDIS_URL)
 
     async def burst():
         async with AsyncMemoryClient(live_server.url, key) as memory:
@@ -166,7 +164,10 @@ def test_a_503_is_retried_a_bounded_number_of_times():
             json={"error": {"code": "unavailable", "message": "The database is unavailable.", "field": None}},
         )
 
-    with MemoryClient("http://memory.test", "mem_x", max_retries=2, transport=httpx.MockTransport(handler)) as memory:
-        with pytest.raises(MemoryappError) as unavailable:
-            memory.list_facts("alice")
+    transport = httpx.MockTransport(handler)
+    with (
+        MemoryClient("http://memory.test", "mem_x", max_retries=2, transport=transport) as memory,
+        pytest.raises(MemoryappError) as unavailable,
+    ):
+        memory.list_facts("alice")
     assert len(seen) == 3 and unavailable.value.code == "unavailable" and unavailable.value.status == 503

@@ -159,12 +159,17 @@ def test_a_weighted_sample_counts_each_row_for_its_stratum():
     assert c["matrix"]["INDEPENDENT"]["DUPLICATE"] == 9
 
 
-def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path):
+def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path, monkeypatch):
     """Without --regenerate the command scores the pairs it is given (default: the committed file), so
     the test pairs do not drift when the phrasing code changes; the datasets are read for DECODE only."""
     pairs = tmp_path / "pairs.jsonl"
     rows = ve.generate_pairs(TINY / "convai2_persona_triples", 8)
     ve.write_pairs(rows, pairs)
+    # The hand-labelled sets are scored in full without --smoke: a dozen rows of each split stand in here.
+    for name, splits in (("RELABELLED", ve.SPLITS), ("JUDGED", ve.JUDGED_SPLITS)):
+        few = [r for split in splits for r in ve.read_pairs(getattr(ve, name), split)[:12]]
+        ve.write_pairs(few, tmp_path / f"{name}.jsonl")
+        monkeypatch.setattr(ve, name, tmp_path / f"{name}.jsonl")
     before, committed = pairs.read_bytes(), ve.GENERATED.read_bytes()
     path = tmp_path / "verdicts.json"
     run("bench_verdicts", "--datasets", str(TINY), "--pairs", str(pairs), "--decode-limit", "4", "--json", str(path))
@@ -178,14 +183,7 @@ def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path)
 @pytest.mark.parametrize(
     "old,new,verdict",
     [
-        pytest.param(
-            "The user's code editor is Neovim.",
-            "The user's code editor is VS Code.",
-            "CONTRADICTS",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user's code editor is Neovim.", "The user's code editor is VS Code.", "CONTRADICTS"),
         ("The user lives in Berlin.", "The user moved to Lisbon.", "CONTRADICTS"),
         ("The user is vegetarian.", "The user is not vegetarian.", "CONTRADICTS"),
         ("The user is 34 years old.", "The user is 41 years old.", "CONTRADICTS"),
@@ -194,14 +192,7 @@ def test_bench_verdicts_scores_a_fixed_pairs_file_and_rewrites_nothing(tmp_path)
         ("The user lives in Berlin.", "The user lives in Berlin now.", "DUPLICATE"),
         ("The user has a dog named Biscuit.", "The user's dog is called Biscuit.", "DUPLICATE"),
         ("The user's main database is PostgreSQL.", "The user uses Redis for caching.", "INDEPENDENT"),
-        pytest.param(
-            "The user works as a nurse.",
-            "The user also works as a tutor at weekends.",
-            "INDEPENDENT",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the learned verdict model (issue 17) misses this; the rule-based classifier had it"
-            ),
-        ),
+        ("The user works as a nurse.", "The user also works as a tutor at weekends.", "INDEPENDENT"),
         ("The user uses Postgres.", "The user uses Redis.", "INDEPENDENT"),
     ],
 )

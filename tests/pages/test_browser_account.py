@@ -124,7 +124,7 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
     with open(download.value.path(), encoding="utf-8") as fh:
         doc = json.load(fh)
     facts = {f["text"]: f for f in doc["facts"]}
-    assert facts[CORRECTED_TO]["state"] == "live" and facts[CORRECTED_TO]["origin"] == "user"
+    assert facts[CORRECTED_TO]["state"] == "live" and facts[CORRECTED_TO]["provenance"]["origin"] == "user"
     assert facts[CORRECTED_FROM]["state"] == "superseded"  # the old version stays, as history
     assert DELETED not in facts
     assert doc["memory_switch"]["enabled"] is False

@@ -73,10 +73,10 @@ def world(org, make_user, scripted, settings):
         ("chen", "The user is preparing for the AWS Solutions Architect exam."),
         ("dana", "The user works on the payments team and handles refund disputes."),
     ]:
-        writing.store_fact(sessions.get_or_create_user(org, who), text, "profile")
+        writing.store(sessions.get_or_create_user(org, who), text, "profile")
     heavy = sessions.get_or_create_user(org, "erik")
     for text in ["The user lives in Oslo.", "The user writes Go.", "The user uses Neovim.", "The user has two cats."]:
-        writing.store_fact(heavy, text, "profile")
+        writing.store(heavy, text, "profile")
     # a silent failure: HTTP 200 and prose instead of JSON
     _talk(org, "fay", [("user", "I mostly code in Kotlin.")], "Sure! Here is what I found: Kotlin.", scripted)
     # a hard failure

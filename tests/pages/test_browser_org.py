@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from memoryapp import extraction, orgs, sessions
-from memoryapp.models import Invitation, Membership, MemoryFact, OrgFactProposal
+from memoryapp.models import ApiKey, Invitation, Membership, MemoryFact, OrgFactProposal
 from tests.conftest import login, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -173,7 +173,7 @@ def test_admin_creates_a_read_only_key_and_sees_what_each_key_may_do(page, org, 
     expect(page.get_by_text("Copy it now. It will not be shown again.")).to_be_visible()
     row = page.locator("tr", has_text="Dashboard")
     expect(row.locator(".badge.scope")).to_have_text(["read"])
-    expect(page.locator("tr", has_text="Support bot").locator(".badge.scope")).to_have_text(["read", "write", "erase"])
+    expect(page.locator("tr", has_text="Support bot").locator(".badge.scope")).to_have_text(["read", "write"])
     screenshot(page, "org-keys-scopes")
     key = page.get_by_label("Key", exact=True).input_value()
     assert sessions.authenticate_key(key).scopes == ["read"]
@@ -189,3 +189,97 @@ def test_a_key_with_no_scope_is_refused_without_javascript(page_nojs, org, team)
     page.get_by_role("button", name="Create key").click()
     expect(page.get_by_role("alert")).to_contain_text("Choose what the key may do")
     assert not sessions.authenticate_key("") and page.get_by_label("Name", exact=True).input_value() == "Nothing"
+
+
+def test_the_new_key_has_a_copy_button_and_revoking_asks_first(page, org, team):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/keys/")
+    page.get_by_label("Name", exact=True).fill("Release bot")
+    page.get_by_role("button", name="Create key").click()
+    key = page.get_by_label("Key", exact=True).input_value()
+    copy = page.get_by_role("button", name="Copy the key")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == key
+
+    # Revoke goes through a confirmation page (no window.confirm), with or without JavaScript.
+    page.get_by_role("link", name="Revoke Release bot").click()
+    expect(page.get_by_role("heading", name=re.compile("Revoke “Release bot”"))).to_be_visible()
+    assert sessions.authenticate_key(key) is not None  # asking changed nothing
+    page.get_by_role("button", name="Revoke key").click()
+    expect(page.get_by_role("status")).to_contain_text("Revoked “Release bot”")
+    assert sessions.authenticate_key(key) is None
+
+
+def test_the_copy_button_stays_hidden_without_javascript_and_the_key_is_plain_text(page_nojs, org, team):
+    page = page_nojs
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/keys/")
+    page.get_by_label("Name", exact=True).fill("Batch job")
+    page.get_by_role("button", name="Create key").click()
+    field = page.get_by_label("Key", exact=True)
+    assert field.input_value().startswith("mem_")
+    expect(page.get_by_role("button", name="Copy the key")).to_have_count(0)  # hidden: it could do nothing
+    field.select_text()  # a read-only field, not disabled: the whole key can be selected and copied by hand
+    start, end, length = field.evaluate("el => [el.selectionStart, el.selectionEnd, el.value.length]")
+    assert (start, end) == (0, length) and length > 40
+
+
+def test_revoke_remove_and_leave_are_confirmed_without_javascript(page_nojs, org, team, make_user):
+    page = page_nojs
+    make_user("dora", org, first_name="Dora", last_name="Member")
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/keys/")
+    page.get_by_role("link", name="Revoke Support bot").click()
+    expect(page.get_by_role("heading", name=re.compile("Revoke “Support bot”"))).to_be_visible()
+    screenshot(page, "org-key-revoke-confirm")
+    page.get_by_role("link", name="Cancel").click()
+    assert ApiKey.objects.get(name="Support bot").revoked_at is None
+    page.get_by_role("link", name="Revoke Support bot").click()
+    page.get_by_role("button", name="Revoke key").click()
+    expect(page.get_by_role("status")).to_contain_text("Revoked “Support bot”")
+    assert ApiKey.objects.get(name="Support bot").revoked_at is not None
+
+    page.goto(f"/orgs/{org.slug}/members/")
+    page.get_by_role("link", name="Remove Bob Builder").click()
+    expect(page.get_by_role("heading", name="Remove Bob Builder from Acme?")).to_be_visible()
+    assert Membership.objects.filter(org=org, user__username="bob").exists()
+    page.get_by_role("button", name="Remove Bob Builder").click()
+    expect(page.get_by_role("status")).to_contain_text("Removed bob.")
+    assert not Membership.objects.filter(org=org, user__username="bob").exists()
+
+    dora = page.context.browser.new_context(base_url=page.url.split("/orgs/")[0], java_script_enabled=False)
+    dora_page = dora.new_page()
+    login(dora_page, "dora")
+    dora_page.goto(f"/orgs/{org.slug}/members/")
+    dora_page.get_by_role("link", name="Leave organisation").click()
+    expect(dora_page.get_by_role("heading", name="Leave Acme?")).to_be_visible()
+    assert Membership.objects.filter(org=org, user__username="dora").exists()
+    dora_page.get_by_role("button", name="Leave Acme").click()
+    expect(dora_page.get_by_role("status")).to_contain_text("You left Acme.")
+    dora.close()
+    assert not Membership.objects.filter(org=org, user__username="dora").exists()
+
+
+def test_admin_hands_a_member_a_password_reset_link_and_they_set_a_new_password(page, org, make_user):
+    make_user("alice", org, role="admin")
+    make_user("bob", org, first_name="Bob", last_name="Builder")
+    login(page, "alice")
+    page.goto(f"/orgs/{org.slug}/members/")
+    page.get_by_role("button", name=re.compile("Password reset link for Bob")).click()
+    link = page.locator("#id_reset_link").input_value()
+    assert "/reset/" in link
+    # Bob, in a browser of his own, opens it and chooses a new password, then signs in with it.
+    bob_page = page.context.browser.new_context(base_url=page.url.split("/orgs/")[0]).new_page()
+    bob_page.goto(link)
+    bob_page.get_by_label("New password", exact=True).fill("a brand new passphrase 42")
+    bob_page.get_by_label("New password again").fill("a brand new passphrase 42")
+    bob_page.get_by_role("button", name="Set password").click()
+    bob_page.wait_for_url(re.compile(r"/login/"))
+    login(bob_page, "bob", "a brand new passphrase 42")
+    bob_page.wait_for_url(re.compile(r"/me/"))
+    # The link worked once.
+    bob_page.goto(link)
+    expect(bob_page.get_by_role("heading", name="This link can't be used")).to_be_visible()
+    bob_page.context.close()

@@ -31,7 +31,7 @@ def _fresh_rate_limits():
 @pytest.fixture
 def pat(org, make_user, scripted):
     person = make_user("pat", org)
-    writing.store_fact(person, FACT, "preference")
+    writing.store(person, FACT, "preference")
     return person
 
 

@@ -179,13 +179,13 @@ def test_find_filters_by_text_state_user_and_origin(staff_client, story, org, sc
     page = staff_client.get(reverse("console-home") + "?text=planetscale").content.decode()
     assert "The user&#x27;s database is PlanetScale." in page and "PostgreSQL" not in page
     page = staff_client.get(reverse("console-home") + "?state=superseded").content.decode()
-    assert "PostgreSQL" in page and "PlanetScale" not in page and "tabs" not in page
+    assert "PostgreSQL" in page and "PlanetScale" not in page and "prefers tabs" not in page
     page = staff_client.get(reverse("console-home") + "?user=carol").content.decode()
-    assert "tabs" in page and "PlanetScale" not in page
+    assert "prefers tabs" in page and "PlanetScale" not in page
     page = staff_client.get(reverse("console-home") + "?origin=user").content.decode()
     assert "No facts match these filters" in page
     page = staff_client.get(reverse("console-home") + "?backend=scripted&org=acme&kind=profile").content.decode()
-    assert "PlanetScale" in page and "tabs" not in page
+    assert "PlanetScale" in page and "prefers tabs" not in page
     page = staff_client.get(reverse("console-home") + "?org=globex").content.decode()
     assert "No facts match" in page
 
@@ -203,11 +203,13 @@ def test_find_is_paginated_and_htmx_gets_only_the_results(staff_client, org, mak
         )
         for i in range(30)
     )
-    first = staff_client.get(reverse("console-home") + "?text=plant").content.decode()
-    assert first.count('class="fact-link"') == 25 and "Older →" in first
-    second = staff_client.get(reverse("console-home") + "?text=plant&page=2").content.decode()
-    assert second.count('class="fact-link"') == 5 and "Older →" not in second and "← Newer" in second
-    assert staff_client.get(reverse("console-home") + "?page=abc").status_code == 200
+    response = staff_client.get(reverse("console-home") + "?text=plant")
+    first = response.content.decode()
+    assert first.count('class="fact-link"') == 25 and "Next →" in first
+    after = response.context["page"].next_cursor
+    second = staff_client.get(reverse("console-home"), {"text": "plant", "after": after}).content.decode()
+    assert second.count('class="fact-link"') == 5 and "Next →" not in second and "First page" in second
+    assert staff_client.get(reverse("console-home") + "?after=abc").status_code == 400
     partial = staff_client.get(reverse("console-home") + "?text=plant", headers={"HX-Request": "true"}).content.decode()
     assert partial.lstrip().startswith('<section id="results"') and "<html" not in partial
 
@@ -270,10 +272,12 @@ def test_rerun_of_failed_extraction_enqueues_exactly_one_task(
     assert session.extraction_status == "failed"
     page = staff_client.get(reverse("console-conversation", args=[session.id])).content.decode()
     assert "Re-run extraction" in page and "overloaded: 529" in page
-    with mock.patch("memoryapp.tasks.extract_session.delay") as delay:
-        with django_capture_on_commit_callbacks(execute=True):
-            first = staff_client.post(reverse("console-rerun", args=[session.id]))
-            second = staff_client.post(reverse("console-rerun", args=[session.id]))  # a double click
+    with (
+        mock.patch("memoryapp.tasks.extract_session.delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        first = staff_client.post(reverse("console-rerun", args=[session.id]))
+        second = staff_client.post(reverse("console-rerun", args=[session.id]))  # a double click
     assert first.status_code == second.status_code == 302
     delay.assert_called_once_with(str(session.id), session.user_id)
     session.refresh_from_db()
@@ -318,7 +322,7 @@ def test_poisoned_fact_is_at_the_top_of_the_audit(staff_client, org, scripted, s
     ]
     for ext, text in benign:
         user = sessions.get_or_create_user(org, ext)
-        writing.store_fact(user, text, "profile")
+        writing.store(user, text, "profile")
     victim = sessions.get_or_create_user(org, "ivan")
     poison = _plant_poison(victim)
     flagged = poisoning.audit()
@@ -334,7 +338,7 @@ def test_the_audit_reads_the_stored_vectors_instead_of_embedding_every_fact_agai
     victim = sessions.get_or_create_user(org, "ivan")
     poison = _plant_poison(victim)
     for i in range(5):
-        writing.store_fact(victim, f"The user has visited {i + 2} countries.", "profile")
+        writing.store(victim, f"The user has visited {i + 2} countries.", "profile")
     unquantized = embeddings.minilm()
     embedded = []
     real = unquantized.embed
@@ -361,10 +365,10 @@ def test_the_audit_finds_what_the_current_validator_refuses_not_an_old_phrase_li
     # floor 0.99: nothing is close enough to a probe, so only the validator scan can find a fact
     flagged = {f.fact.id: f for f in poisoning.audit(floor=0.99)}
     found = flagged[planted[reworded].id]
-    assert found.matched and "claims or grants a permission" in found.patterns[0]
+    assert found.matched and "may claim authority" in found.patterns[0]
     assert planted[ordinary].id not in flagged
     page = staff_client.get(reverse("console-poisoning")).content.decode()
-    assert "claims or grants a permission, role, entitlement or approval" in page
+    assert "may claim authority, a permission, a role over others or an approval" in page
 
 
 def test_staff_supersede_or_delete_a_flagged_fact_with_a_reason(staff_client, staff, org):
@@ -534,9 +538,7 @@ def test_staff_restore_an_expired_fact_within_the_grace_period(staff_client, sta
     assert elsewhere["Location"] == reverse("console-fact", args=[fact.id])
 
 
-def test_find_lists_nothing_until_staff_search(staff_client, story):
+def test_find_opens_on_the_latest_facts_and_records_the_access(staff_client, story):
     page = staff_client.get(reverse("console-home")).content.decode()
-    assert 'class="fact-link"' not in page and "Search by text, person" in page
-    assert not SupportAccess.objects.exists()
-    staff_client.get(reverse("console-home") + "?state=live")
-    assert SupportAccess.objects.get().page == "find"  # alice's facts were listed
+    assert 'class="fact-link"' in page and "Latest extraction runs" in page
+    assert SupportAccess.objects.get().page == "find"  # alice's facts were listed, and that is recorded

@@ -3,6 +3,7 @@ docs with DEBUG off, seeds the demo idempotently, and stops everything on Ctrl-C
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from memoryapp import embeddings
 from memoryapp.models import ApiKey
 from tests.conftest import BASE_DIR, wait_for, worker_database_url
 
@@ -63,6 +65,9 @@ def running_app(tmp_path):
     """`scripts/run` in its own process group (as a terminal runs it); yields (url, log path, process)."""
     port = free_port()
     log = tmp_path / "run.log"
+    # The quantized embedding model is built once per test run (test_foundation tests the build); a fresh
+    # clone's first run would build it here too, in seconds of CPU the test does not need to spend again.
+    shutil.copytree(embeddings.quantized_model_file().parent, tmp_path / "data" / "models")
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [RUN],
@@ -86,9 +91,38 @@ def running_app(tmp_path):
         proc.wait(timeout=10)
 
 
+def test_a_taken_port_is_said_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run(
+            [RUN], cwd=BASE_DIR, env=app_env(tmp_path, port), capture_output=True, text=True, timeout=60
+        )
+
+    assert done.returncode != 0
+    assert time.monotonic() - started < 10
+    said = done.stdout + done.stderr
+    assert f"Port {port} is in use." in said
+    assert re.search(r"`PORT=\d+ make run`", said), said
+    # Nothing started: no data folder, no migration, no demo, no Celery.
+    assert not (tmp_path / "data").exists()
+    assert "Demo data" not in said and "celery" not in said.lower()
+
+
 def test_make_run_serves_the_styled_product_and_stops_on_ctrl_c(running_app, browser, tmp_path):
     url, log, proc = running_app
+    wait_for(lambda: "memoryapp is running at" in log.read_text(), timeout=30, message="the sign-ins box")
     printed = log.read_text()
+    # The sign-ins come last, in a box, after the server is up; the worker and beat print no banner.
+    lines = printed.strip().splitlines()
+    borders = [i for i, line in enumerate(lines) if re.fullmatch(r"\+-+\+", line)]
+    assert len(borders) >= 2 and borders[-1] == len(lines) - 1, printed
+    box = lines[borders[-2] : borders[-1] + 1]
+    assert any("demo / " in line for line in box) and any("mem_" in line for line in box)
+    assert "is running at" in box[-2]
+    assert "celery@" not in printed and "[config]" not in printed and "[queues]" not in printed
     key = re.search(r"(mem_[A-Za-z0-9_-]{20,})", printed).group(1)
 
     context = browser.new_context(base_url=url, viewport={"width": 1440, "height": 900})

@@ -27,7 +27,7 @@ def _no_rate_counts():
 def person(org):
     """Someone the org's agent remembers, who has never set a password."""
     user = sessions.get_or_create_user(org, "cust-7")
-    writing.store_fact(user, "The user prefers tea to coffee.", "preference")
+    writing.store(user, "The user prefers tea to coffee.", "preference")
     return user
 
 
@@ -66,7 +66,9 @@ def test_a_browser_signed_in_as_someone_else_is_told_who_before_switching(person
     browser.login(username="otto", password="correct horse battery")
     url, _ = portal.issue_link(person)
     page = browser.get(f"/me/portal/{token_of(url)}/").content.decode()
-    assert "signed in as <strong>otto</strong>" in page and "Sign out and continue" in page
+    # Otto may say "This is me" (linking, his own action) or only look (which signs him out).
+    assert "signed in as <strong>otto</strong>" in page and "Sign out and only look" in page
+    assert "This is me: add this memory to my account" in page
     assert browser.get("/me/").wsgi_request.user.username == "otto"  # nothing switched by looking
 
 

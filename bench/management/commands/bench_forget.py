@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -58,7 +59,7 @@ class Command(BaseCommand):
             started = time.monotonic()
             subprocess.run(cmd, check=True, env={**os.environ, "DATABASE_URL": db.connection_url(connection)})
             wall = time.monotonic() - started
-            child = json.load(open(out.name))
+            child = json.loads(Path(out.name).read_text())
         peak_children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         result = {
             "facts": n,

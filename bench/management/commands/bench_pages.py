@@ -1,6 +1,5 @@
 import os
 
-from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from bench import common as benchmarks
@@ -8,13 +7,13 @@ from bench import pages as pb
 
 
 class Command(BaseCommand):
-    help = "Pages under load: gunicorn (2 workers) on loopback, 1/10/50 clients, ratio to a trivial view."
+    help = "Pages under load: uvicorn (2 workers, as make run) on loopback, 1/10/50 clients, ratio to a trivial view."
 
     def add_arguments(self, parser):
         parser.add_argument("--facts", type=int, default=300, help="live facts of the benchmark user")
         parser.add_argument("--clients", default="1,10,50", help="concurrency levels, comma-separated")
         parser.add_argument("--seconds", type=float, default=10, help="duration of each run")
-        parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+        parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
         parser.add_argument("--tool", choices=("auto", "wrk", "python"), default="auto")
         parser.add_argument("--json", dest="json_path", help="write the results here")
         parser.add_argument(
@@ -46,29 +45,26 @@ class Command(BaseCommand):
         runs = []
         cpu = {}
         try:
-            # As in production (scripts/run): the server uses WhiteNoise's hashed manifest.
-            call_command("collectstatic", interactive=False, verbosity=0)
             if o["cpu"]:
-                for name, target in seeded.targets.items():
-                    err.write(f"{name}: CPU per request in process…")
-                    cpu[name] = pb.cpu_per_request(target, o["cpu"])
+                with pb.collected_static():
+                    for name, target in seeded.targets.items():
+                        err.write(f"{name}: CPU per request in process…")
+                        cpu[name] = pb.cpu_per_request(target, o["cpu"])
             redis_url = pb.redis_for_server(o["redis"])
             if redis_url is None:
                 err.write("no Redis answered: the server runs on the local-memory cache")
-            server = pb.Gunicorn(o["workers"], redis_url)
+            # As in production (scripts/run): it collects the static files into its own folder first.
+            server = pb.Server(o["workers"], redis_url)
             server.wait_ready()
             for target in seeded.targets.values():
                 pb.check_target(server.base, target)
-                pb.load(server.base, target, 1, 1, tool)  # warm the workers and their connections
-                pb.drain(server.base)
+                pb.drain(pb.load(server.base, target, 1, 1, tool))  # warm the workers and their connections
             for clients in levels:
                 ceiling = None
                 for name, target in seeded.targets.items():
                     err.write(f"{name}: {clients} client(s) for {o['seconds']} s…")
-                    mark = server.access_mark()
                     result = pb.load(server.base, target, clients, o["seconds"], tool)
-                    pb.drain(server.base)
-                    result.update(server.server_times(mark, target[0]))
+                    pb.drain(result)
                     if ceiling is None:
                         ceiling = result["rps"]
                     runs.append(
@@ -87,7 +83,8 @@ class Command(BaseCommand):
             "benchmark": "bench_pages",
             "smoke": o["smoke"],
             "tool": tool,
-            "gunicorn_workers": o["workers"],
+            "server": "uvicorn",
+            "uvicorn_workers": o["workers"],
             "session_engine": server.session_engine if server is not None else None,
             "redis": bool(redis_url),
             "load_average": {"start": load_start, "end": os.getloadavg()},
@@ -111,7 +108,7 @@ class Command(BaseCommand):
             for r in runs
         ]
         self.stdout.write(
-            f"\ngunicorn, {o['workers']} workers, DEBUG off, loopback, {results['session_engine']} sessions; "
+            f"\nuvicorn, {o['workers']} workers, DEBUG off, loopback, {results['session_engine']} sessions; "
             f"load from {tool} in another process; load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}\n"
         )
         self.stdout.write(

@@ -8,7 +8,8 @@ from bench import loadtest
 
 class Command(BaseCommand):
     help = (
-        "Drive concurrent agents through the HTTP API (gunicorn on loopback) with real Celery workers, "
+        "Drive concurrent agents through the HTTP API (uvicorn on loopback, as make run serves it) with real "
+        "Celery workers, "
         "then check every session was extracted exactly once, no user has duplicate live facts, "
         "and nothing errored. Needs Redis (REDIS_URL or --broker)."
     )
@@ -18,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--agents", type=int, default=50)
         parser.add_argument("--sessions", type=int, default=20, help="sessions per agent")
         parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
-        parser.add_argument("--web", type=int, default=3, help="gunicorn worker processes")
+        parser.add_argument("--web", type=int, default=2, help="uvicorn worker processes (scripts/run: 2)")
         parser.add_argument("--broker", default=None, help="Redis URL (default: REDIS_URL or the local Redis)")
         parser.add_argument("--timeout", type=int, default=900, help="seconds to wait for the backlog to drain")
         parser.add_argument("--json", default=None, help="where to write the numbers")

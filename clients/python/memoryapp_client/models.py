@@ -21,6 +21,7 @@ class Provenance(Model):
     origin: str
     source_session: uuid.UUID | None = None
     source_turns: list[int] = []
+    extraction_run: int | None = None
     backend: str | None = None
     created_at: datetime
     last_confirmed_at: datetime
@@ -39,6 +40,7 @@ class Fact(Model):
     superseded_by: uuid.UUID | None = None
     supersede_reason: str | None = None
     expired_at: datetime | None = None
+    expired_rule: str | None = None
     provenance: Provenance
 
 
@@ -74,11 +76,20 @@ class FactDetail(Fact):
     recall_count: int
 
 
+class Pending(Model):
+    api_schema = "PendingOut"
+    id: uuid.UUID
+    text: str
+    kind: str
+    reason: str
+
+
 class Remembered(Model):
     api_schema = "RememberOut"
-    outcome: Literal["created", "confirmed", "superseded", "held"]
-    fact: Fact
+    outcome: Literal["created", "confirmed", "superseded", "held", "pending"]
+    fact: Fact | None = None  # None when pending: it waits for the person's word
     superseded: list[uuid.UUID] = []
+    pending: Pending | None = None
 
 
 class Corrected(Model):
@@ -86,6 +97,7 @@ class Corrected(Model):
     changed: bool
     fact: Fact
     replaced: uuid.UUID | None = None
+    pending: Pending | None = None
 
 
 class Deleted(Model):
@@ -200,6 +212,7 @@ class Receipt(Model):
     requested_via: str
     subject_ref: str
     counts: dict[str, int]
+    identities: list[str] = []  # the organisations whose ids for the person were erased too
 
 
 class ErrorBody(Model):

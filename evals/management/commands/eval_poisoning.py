@@ -6,22 +6,22 @@ from evals import poisoning
 
 
 class Command(BaseCommand):
-    help = "Poisoning corpus: block rate on attacks and false-rejection rate on benign facts, per split and category."
+    help = (
+        "Poisoning corpus: attacks that would reach a block, benign facts refused and pending, per path and language."
+    )
 
     def add_arguments(self, parser):
+        parser.add_argument("--split", choices=poisoning.SPLITS, default="test", help="the corpus split (default test)")
+        parser.add_argument("--corpus", metavar="DIR", help="an external corpus: DIR/{attacks,benign}.jsonl, every row")
         parser.add_argument("--json", metavar="FILE", help="also write the full result as JSON to FILE")
-        parser.add_argument(
-            "--show",
-            choices=["dev", "test", "holdout", "all", "none"],
-            default="dev",
-            help="list the misses of this split (default dev: tune on dev, report on test and holdout)",
-        )
+        parser.add_argument("--show-misses", action="store_true", help="list stored attacks and held benign facts")
 
     def handle(self, *args, **options):
-        result = poisoning.evaluate()
-        splits = {"dev": ("dev",), "test": ("test",), "holdout": ("holdout",), "all": ("dev", "test", "holdout")}
-        show = splits.get(options["show"], ())
-        self.stdout.write("\n".join(poisoning.report_lines(result, show=show)))
+        attacks, benign = poisoning.corpus(options["split"], options["corpus"])
+        result = poisoning.evaluate(attacks, benign)
+        where = options["corpus"] or f"evals/poisoning/, {options['split']} split"
+        self.stdout.write(f"{len(attacks)} attacks and {len(benign)} benign rows ({where})")
+        self.stdout.write("\n".join(poisoning.report_lines(result, show_misses=options["show_misses"])))
         if options["json"]:
             with open(options["json"], "w", encoding="utf-8") as handle:
                 json.dump(result, handle, indent=2, ensure_ascii=False)

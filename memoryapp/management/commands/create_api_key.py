@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryapp import sessions
-from memoryapp.models import Organization, Scope, all_scopes
+from memoryapp.models import Organization, Scope, default_scopes
 
 
 class Command(BaseCommand):
@@ -13,8 +13,8 @@ class Command(BaseCommand):
         parser.add_argument("--create-org", action="store_true", help="create the organisation if missing")
         parser.add_argument(
             "--scopes",
-            default=",".join(all_scopes()),
-            help="what the key may do, comma-separated: read, write, erase (default: all three)",
+            default=",".join(default_scopes()),
+            help="what the key may do, comma-separated: read, write, erase, portal (default: read,write)",
         )
 
     def handle(self, *args, org, name, create_org, scopes, **options):

@@ -13,11 +13,14 @@ from memoryapp.models import (
     ApiKey,
     ExternalIdentity,
     FactEvent,
+    ForgettingEntry,
+    ForgettingRun,
     Membership,
     MemoryFact,
     MemorySettings,
     Organization,
     OrgFactProposal,
+    all_scopes,
 )
 
 DEMO_PASSWORD = "memory-demo-2026"
@@ -107,7 +110,8 @@ class Command(BaseCommand):
             if found is not None and found.org_id == org.id:
                 return kept
         ApiKey.objects.active().filter(org=org, name=KEY_NAME).update(revoked_at=clock.now())
-        _, key = sessions.create_api_key(org, KEY_NAME)
+        # Every scope, portal links and erasure included, so the demo can show each of them.
+        _, key = sessions.create_api_key(org, KEY_NAME, all_scopes())
         KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -119,7 +123,7 @@ class Command(BaseCommand):
         found = MemoryFact.objects.for_user(demo).live().filter(source_session=session, text__icontains=needle).first()
         if found is not None:
             return found
-        return writing.store_fact(demo, text, kind, session=session, judge=_independent).fact
+        return writing.store(demo, text, kind, session=session, judge=_independent).fact
 
     def _history(self, org, demo):
         """Conversations through the offline extractor, then a supersession chain, a correction,
@@ -163,6 +167,14 @@ class Command(BaseCommand):
             writing.record_event(
                 goal, FactEvent.Action.EXPIRED, FactEvent.Actor.FORGETTING, reason=forgetting.STALE_GOAL
             )
+            # ...by a recorded forgetting run, so the console's forgetting log shows what expired it.
+            now = clock.now()
+            run = ForgettingRun.objects.create(
+                mode="enforce", started_at=now, finished_at=now, examined=1, matched=1, removed=0
+            )
+            ForgettingEntry.objects.create(
+                run=run, fact_id=goal.id, user=demo, rule=forgetting.STALE_GOAL, applied=True
+            )
 
             # A recall: the agent asked for memory in a new conversation, so facts show "last used".
             asking = sessions.open_session(org, demo)
@@ -176,7 +188,7 @@ class Command(BaseCommand):
                 extraction.propose_org_fact(third, run, candidate)
 
             if not MemoryFact.objects.for_org(org).exists():
-                writing.store_fact(
+                writing.store(
                     None,
                     "The team's services run on Kubernetes.",
                     "profile",

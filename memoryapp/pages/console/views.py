@@ -11,10 +11,20 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, prefetch_related_objects
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from memoryapp import charts, clock, forgetting, metrics, poisoning, provenance, rerun, support_access
+from memoryapp import (
+    charts,
+    clock,
+    forgetting,
+    metrics,
+    pending,
+    poisoning,
+    provenance,
+    rerun,
+    support_access,
+    vocabulary,
+)
 from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
@@ -26,8 +36,7 @@ from memoryapp.models import (
     SupportAccess,
     Turn,
 )
-from memoryapp.pages import display
-from memoryapp.pages.rendering import page_or_partial
+from memoryapp.pages.rendering import keyset, page_or_partial
 
 
 def staff_only(view):
@@ -51,25 +60,6 @@ BACKENDS = ("anthropic", "offline", "scripted")
 
 
 @dataclass
-class Page:
-    rows: list
-    number: int
-    has_next: bool
-
-    @property
-    def has_previous(self):
-        return self.number > 1
-
-    @property
-    def next_number(self):
-        return self.number + 1
-
-    @property
-    def previous_number(self):
-        return self.number - 1
-
-
-@dataclass
 class _Bar:
     """A chart point built in the view (label, value)."""
 
@@ -77,24 +67,9 @@ class _Bar:
     value: float | None
 
 
-def _page_number(request):
-    try:
-        return min(max(1, int(request.GET.get("page", 1))), 100_000)
-    except (TypeError, ValueError):
-        return 1
-
-
-def paginate(rows, request, per_page=PER_PAGE):
-    """One page of a queryset or list, fetching one extra row to know if there is a next page (no COUNT)."""
-    number = _page_number(request)
-    start = (number - 1) * per_page
-    chunk = list(rows[start : start + per_page + 1])
-    return Page(chunk[:per_page], number, len(chunk) > per_page)
-
-
 def _fact_or_404(fact_id, vector=True):
     facts = MemoryFact.objects.select_related("user", "org", "source_session", "extraction_run", "added_by")
-    return get_object_or_404(facts if vector else facts.defer("embedding"), id=fact_id)
+    return get_object_or_404(facts if vector else facts.for_display(), id=fact_id)
 
 
 def _session_or_404(session_id):
@@ -126,17 +101,18 @@ def _restorable(fact, now):
 @require_GET
 def find(request):
     filters = provenance.Filters.from_query(request.GET)
-    # Nothing is listed until staff search for something: browsing people's memory is not an investigation.
-    page = paginate(provenance.find_facts(filters), request) if filters.active else Page([], 1, False)
+    # With no filter, the latest facts (and runs): where an investigation usually starts.
+    page = keyset(request, provenance.find_facts(filters), ("-created_at", "-id"), PER_PAGE)
     prefetch_related_objects(page.rows, "user__external_ids__org")
     support_access.record_many(request.user, [f.user_id for f in page.rows], "find")
     context = {
         "filters": filters,
         "page": page,
-        "kinds": [(k, display.KIND_LABELS[k]) for k in display.KIND_ORDER],
+        "kinds": [(k, vocabulary.KIND_LABELS[k]) for k in vocabulary.KIND_ORDER],
         "states": provenance.STATES,
         "origins": MemoryFact.Origin.choices,
         "backends": BACKENDS,
+        "runs": [] if filters.active else ExtractionRun.objects.order_by("-started_at", "-id")[:10],
         "section": "find",
     }
     return page_or_partial(request, "console/find.html", "results", context)
@@ -218,7 +194,10 @@ def health(request):
 @require_GET
 def poisoning_audit(request):
     flagged = poisoning.audit()
-    page = paginate(flagged, request)
+    held, held_per_day = pending.audit()
+    support_access.record_many(request.user, [c.user_id for c in held if c.user_id], "poisoning audit")
+    # audit() computes a bounded list in Python: paged by its own sort key (paging.keyset_rows).
+    page = keyset(request, flagged, poisoning.audit_key, PER_PAGE)
     prefetch_related_objects([f.fact for f in page.rows], "user__external_ids__org")
     support_access.record_many(request.user, [f.fact.user_id for f in page.rows], "poisoning audit")
     return render(
@@ -230,6 +209,8 @@ def poisoning_audit(request):
             "total": len(flagged),
             "findings": sum(1 for f in flagged if f.strength != "weak"),
             "weak": sum(1 for f in flagged if f.strength == "weak"),
+            "held": held,
+            "held_per_day": held_per_day[:14],
             "section": "poisoning",
         },
     )
@@ -340,7 +321,8 @@ def review_queue(request):
         .select_related("recall_log__fact", "recall_log__session")
         .order_by("sampled_at", "recall_log__session_id", "recall_log__position", "id")
     )
-    page = paginate(pending, request, per_page=40)
+    order = ("sampled_at", "recall_log__session_id", "recall_log__position", "id")
+    page = keyset(request, pending, order, 40)
     support_access.record_many(request.user, [r.user_id for r in page.rows], "recall review")
     groups = {}
     for review in page.rows:
@@ -365,13 +347,15 @@ def review_judge(request, review_id):
     verdict = request.POST.get("relevant")
     if verdict not in ("yes", "no"):
         if request.htmx:
-            return render(request, "console/review.html#review", {"review": review, "error": "Choose relevant or not."})
+            context = {"review": review, "error": "Choose relevant or not."}
+            return page_or_partial(request, "console/review.html", "review", context)
         messages.error(request, "Choose relevant or not relevant.")
         return redirect("console-review")
     metrics.judge_review(review, verdict == "yes", request.user)
-    if request.htmx:
-        return render(request, "console/review.html#review", {"review": review})
-    return redirect(f"{reverse('console-review')}?page={_page_number(request)}")
+    if request.htmx:  # the row, and the page's counter out of band
+        context = {"review": review, "reviews": metrics.review_counts(), "oob": True}
+        return page_or_partial(request, "console/review.html", "review", context)
+    return redirect("console-review")  # a judged review leaves the queue: the first page is the next one
 
 
 # --- access log, fact limit, forgetting ---------------------------------------------
@@ -392,7 +376,7 @@ def access_log(request):
         rows = rows.filter(Q(user_id__in=people) | Q(user__username=who) | Q(user__email__iexact=who))
     if staff_name:
         rows = rows.filter(staff_name__iexact=staff_name)
-    page = paginate(rows, request, per_page=50)
+    page = keyset(request, rows, ("-created_at", "-id"), 50)
     return render(
         request, "console/access.html", {"page": page, "who": who, "staff_name": staff_name, "section": "access"}
     )
@@ -402,7 +386,7 @@ def access_log(request):
 @require_GET
 def at_limit(request):
     limit = settings.MEMORY["MAX_FACTS_PER_USER"]
-    page = paginate(metrics.users_at_limit(limit), request)
+    page = keyset(request, metrics.users_at_limit(limit), ("-n", "user_id"), PER_PAGE)
     users = get_user_model().objects.in_bulk([r["user_id"] for r in page.rows])
     idents = {}
     for ident in ExternalIdentity.objects.filter(user_id__in=users).select_related("org").order_by("id"):
@@ -414,7 +398,7 @@ def at_limit(request):
 @staff_only
 @require_GET
 def forgetting_log(request):
-    page = paginate(ForgettingRun.objects.order_by("-started_at", "-id"), request)
+    page = keyset(request, ForgettingRun.objects.all(), ("-started_at", "-id"), PER_PAGE)
     return render(request, "console/forgetting.html", {"page": page, "section": "forgetting"})
 
 
@@ -428,7 +412,7 @@ def forgetting_run(request, run_id):
         .prefetch_related("user__external_ids__org")
         .order_by("id")
     )
-    page = paginate(entries, request, per_page=50)
+    page = keyset(request, entries, ("id",), 50)
     support_access.record_many(request.user, [e.user_id for e in page.rows], f"forgetting run {frun.id}")
     now = clock.now()
     rows = [(e, _restorable(e.fact, now)) for e in page.rows]

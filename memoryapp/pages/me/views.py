@@ -1,27 +1,44 @@
 """End-user pages: what the agent remembers about me, and my controls over it."""
 
 import json
+import uuid
+from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Case, Count, Func, IntegerField, Value, When
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from memoryapp import clock, erasure, orgs, people, portal, support_access, writing
+from memoryapp import (
+    clock,
+    erasure,
+    forgetting,
+    linking,
+    orgs,
+    pending,
+    people,
+    portal,
+    recall,
+    search,
+    support_access,
+    writing,
+)
 from memoryapp import export as exporting
 from memoryapp.models import (
     AgentSession,
     ErasureReceipt,
+    FactCandidate,
     FactEvent,
     MemoryFact,
     OrgFactProposal,
@@ -29,11 +46,17 @@ from memoryapp.models import (
     RecallLog,
     Turn,
 )
-from memoryapp.pages.display import KIND_ORDER, KINDS
+from memoryapp.pages.display import EMPTY_KIND, FORGET_REASONS, KIND_NAMES, LATELY_DAYS, access_words, as_yours
 from memoryapp.pages.forms import FactForm
-from memoryapp.pages.rendering import form_status, page_or_partial
+from memoryapp.pages.rendering import form_status, keyset, page_or_partial
+from memoryapp.vocabulary import KIND_ORDER
 
 FACTS_PER_PAGE = 50
+HELD_CORRECTION = (
+    "Your correction reads as if it might grant a permission or tell the assistant what to do, so it waits "
+    "under “Waiting for you”. Keep it there if it is right: it will never grant anything either way."
+)
+CONVERSATIONS_PER_PAGE = 20
 
 ERASE_WORD = "ERASE"
 # Friendlier names for the erasure receipt's counts; unknown keys are shown as they are.
@@ -43,6 +66,7 @@ RECEIPT_LABELS = {
     "facts_live": "of which in use",
     "facts_superseded": "of which replaced versions",
     "facts_expired": "of which expired",
+    "fact_candidates": "facts waiting for you or refused",
     "sessions": "conversations",
     "turns": "conversation messages",
     "extraction_runs": "records of conversations being read",
@@ -64,7 +88,7 @@ RECEIPT_LABELS = {
 
 
 def _fact_form(*args, **kwargs):
-    return FactForm(*args, text_label="What the assistant should remember", **kwargs)
+    return FactForm(*args, text_label="What the assistant should remember", personal=True, **kwargs)
 
 
 class SwitchForm(forms.Form):
@@ -86,7 +110,7 @@ class EraseForm(forms.Form):
 
 def _own_fact(request, fact_id):
     """One of the signed-in person's own facts (any state), or 404 for anyone else's."""
-    return get_object_or_404(MemoryFact.objects.for_user(request.user).defer("embedding"), id=fact_id)
+    return get_object_or_404(MemoryFact.objects.for_user(request.user).for_display(), id=fact_id)
 
 
 def _own_session(request, session_id):
@@ -99,6 +123,11 @@ def _page(request, template, context=None, status=200, section="", partial=None)
     ctx = {"section": section, "now": clock.now(), "memory_on": writing.memory_enabled(request.user)}
     ctx.update(context or {})
     return page_or_partial(request, template, partial, ctx, status=status)
+
+
+def _item_context(user, fact, **extra):
+    """What one fact's row needs: the fact and how recall uses it."""
+    return {"f": fact, "tier1": recall.tier1_ids(user) if fact.state == "live" else {}, **extra}
 
 
 def _gone(request, fact_id):
@@ -136,28 +165,107 @@ def home(request):
     return redirect("me:memory")
 
 
+def _may_link(request):
+    """The browser is signed in to an account of its own (not a memory-only session): it may take a memory in."""
+    return request.user.is_authenticated and not people.is_portal_session(request) and people.can_sign_in(request.user)
+
+
 @require_http_methods(["GET", "POST"])
 @never_cache
 def portal_link(request, token):
-    """A one-time link from the assistant: GET only shows a Continue button, POST uses the link.
+    """A one-time link from the assistant: GET only shows what it will do, POST uses the link.
 
-    Link previewers and mail scanners only GET, so they cannot burn it. The session it starts is
-    memory-only (see memoryapp.middleware.PortalSessionMiddleware) and ends when the browser closes.
+    Link previewers and mail scanners only GET, so they cannot burn it. Signed in to an account of
+    their own, the person may choose "This is me" (linking.link: the assistant's memory of them
+    joins their account) or just look; otherwise the session it starts is memory-only (see
+    memoryapp.middleware.PortalSessionMiddleware) and ends when the browser closes.
     """
     try:
         if request.method == "GET":
             portal.check(token)
             idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
-            return render(request, "me/portal_continue.html", {"token": token, "idle_minutes": idle})
+            context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request)}
+            return render(request, "me/portal_continue.html", context)
+        linking_it = request.POST.get("action") == "link" and _may_link(request)
         user = portal.redeem(token)
     except portal.PortalError as exc:
         return render(request, "me/portal_invalid.html", {"message": exc.message}, status=exc.status)
+    if linking_it:
+        return _link(request, user)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     people.start_portal_session(request)
     return redirect("me:memory")
 
 
+def _link(request, remembered):
+    """The person said "This is me": the assistant's memory of them joins their account."""
+    try:
+        result = linking.link(request.user, remembered)
+    except linking.LinkRefused as exc:
+        return render(request, "me/portal_invalid.html", {"message": str(exc)}, status=409)
+    names = " and ".join(f"{org}'s assistant" for org, _ in result.identities) or "The assistant"
+    facts, talks = sum(result.facts.values()), result.moved.get("agentsession", 0)
+    messages.success(
+        request,
+        f"Added to your account: what {names} remembers about you ({facts} fact{pluralize(facts)}, "
+        f"{talks} conversation{pluralize(talks)}).",
+    )
+    return redirect("me:memory")
+
+
 # --- my memory ----------------------------------------------------------------
+
+
+# Kind order first (always-on kinds lead), newest confirmation next, the id last (the keyset is unique).
+MEMORY_ORDER = ("rank", "-last_confirmed_at", "id")
+
+
+def _kind_counts(user):
+    """kind -> how many live facts of it the person has."""
+    live = MemoryFact.objects.for_user(user).live()
+    return dict(live.values_list("kind").annotate(n=Count("id")))
+
+
+def _tabs(counts):
+    total = sum(counts.values())
+    return [("", "All", total)] + [(k, KIND_NAMES[k][1], counts.get(k, 0)) for k in KIND_ORDER]
+
+
+def _filters_of(request):
+    """The search and kind filter of the list: from the query string, or for an htmx action on a row,
+    from the address the list was shown at."""
+    params = request.GET
+    if request.htmx and request.method == "POST" and request.htmx.current_url:
+        params = QueryDict(urlsplit(request.htmx.current_url).query)
+    kind = params.get("kind", "")
+    return search.clean_query(params.get("q", "")), kind if kind in KIND_ORDER else ""
+
+
+def _groups(facts, counts):
+    groups = []
+    for fact in facts:
+        if not groups or groups[-1]["kind"] != fact.kind:
+            name = KIND_NAMES[fact.kind]
+            groups.append({"kind": fact.kind, "title": name[1], "about": name[2], "n": counts.get(fact.kind, 0)})
+            groups[-1]["facts"] = []
+        groups[-1]["facts"].append(fact)
+    return groups
+
+
+def _forgotten_lately(user):
+    """The person's facts forgotten by the nightly job that can still be restored, newest first."""
+    since = clock.now() - timedelta(days=settings.MEMORY["FORGETTING_GRACE_DAYS"])
+    rows = (
+        MemoryFact.objects.for_user(user)
+        .in_state("expired")
+        .filter(expired_at__gte=since)
+        .for_display()
+        .order_by("-expired_at", "id")[:50]
+    )
+    return [
+        {"f": f, "why": FORGET_REASONS.get(f.expired_rule, "no longer used"), "until": forgetting.restore_deadline(f)}
+        for f in rows
+    ]
 
 
 @require_GET
@@ -165,40 +273,74 @@ def portal_link(request, token):
 @vary_on_headers("HX-Request")  # one URL, full page or partial: caches must tell them apart
 def memory(request):
     """The live facts by kind, a page at a time, with search and a kind filter over all of them."""
-    query = request.GET.get("q", "").replace("\x00", "").strip()[:200]
-    kind = request.GET.get("kind", "")
-    if kind not in KIND_ORDER:
-        kind = ""
-    live = MemoryFact.objects.for_user(request.user).live().defer("embedding")
-    counts = dict(live.values_list("kind").annotate(n=Count("id")))
-    shown = live.with_last_recalled()
-    if query:
-        shown = shown.filter(text__icontains=query)
+    query, kind = _filters_of(request)
+    counts = _kind_counts(request.user)
+    shown = search.matching(MemoryFact.objects.for_user(request.user).live().for_display(), query)
     if kind:
         shown = shown.filter(kind=kind)
-    # Kind order first (always-on kinds lead), newest confirmation next: pages split across kinds cleanly.
     rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
-    paginator = Paginator(shown.order_by(rank, "-last_confirmed_at", "id"), FACTS_PER_PAGE)
-    if not query:  # the counts by kind already say how many there are: no second COUNT(*)
-        paginator.count = counts.get(kind, 0) if kind else sum(counts.values())
-    page = paginator.get_page(request.GET.get("page"))
-    groups = []
-    for fact in page:
-        if not groups or groups[-1]["kind"] != fact.kind:
-            groups.append({"kind": fact.kind, "title": KINDS[fact.kind][1], "about": KINDS[fact.kind][2], "facts": []})
-        groups[-1]["facts"].append(fact)
-    total = sum(counts.values())
+    after = request.GET.get("after", "")
+    page = keyset(request, shown.with_last_recalled().annotate(rank=rank), MEMORY_ORDER, FACTS_PER_PAGE)
+    memory_on = writing.memory_enabled(request.user)
+    first = not after
     context = {
-        "groups": groups,
+        "groups": _groups(page.rows, counts),
         "page": page,
         "query": query,
         "kind": kind,
-        "total": total,
+        "total": sum(counts.values()),
+        "empty_kind": EMPTY_KIND.get(kind, ""),
         "highlight": request.GET.get("highlight", ""),
-        "tabs": [("", "All", total)] + [(k, KINDS[k][1], counts.get(k, 0)) for k in KIND_ORDER],
-        "proposals": _my_proposals(request.user) if not query and not kind and page.number == 1 else [],
+        "tabs": _tabs(counts),
+        "tier1": recall.tier1_ids(request.user),
+        "memory_on": memory_on,
+        "recall_cap": settings.MEMORY["RECALL_CAP"],
+        "proposals": _my_proposals(request.user) if not query and not kind and first else [],
+        "forgotten": _forgotten_lately(request.user) if not query and not kind and first else [],
+        "waiting": pending.waiting_for(request.user),
+        "pending_days": settings.MEMORY["PENDING_DAYS"],
+        "known_as": people.identities(request.user),
     }
     return _page(request, "me/memory.html", context, section="memory", partial="results")
+
+
+def _own_candidate(request, candidate_id):
+    """One of the person's own candidates waiting for their word; 404 for anyone else's."""
+    return get_object_or_404(FactCandidate.objects.pending().filter(user=request.user), id=candidate_id)
+
+
+@require_POST
+@login_required
+def waiting_keep(request, candidate_id):
+    """Keep a held candidate: it is stored as the person's own word."""
+    candidate = _own_candidate(request, candidate_id)
+    try:
+        result = pending.keep(candidate, request.user)
+    except pending.Gone:
+        messages.info(request, "That was already decided in another window.")
+        return redirect(reverse("me:memory") + "#waiting")
+    except writing.FactRejected as exc:  # the rules changed since it was held
+        messages.error(request, f"This can't be saved: {exc}.")
+        return redirect(reverse("me:memory") + "#waiting")
+    if result.fact is None:  # at the limit of facts
+        messages.error(request, "Your memory is full: delete a fact first, then keep this one.")
+        return redirect(reverse("me:memory") + "#waiting")
+    messages.success(request, "Kept. It is part of your memory now; it describes you and grants nothing.")
+    return redirect(reverse("me:memory") + f"?highlight={result.fact.id}#fact-{result.fact.id}")
+
+
+@require_POST
+@login_required
+def waiting_discard(request, candidate_id):
+    """Discard a held candidate: nothing is remembered."""
+    candidate = _own_candidate(request, candidate_id)
+    try:
+        pending.discard(candidate, request.user)
+    except pending.Gone:
+        messages.info(request, "That was already decided in another window.")
+    else:
+        messages.success(request, "Discarded. Nothing was remembered.")
+    return redirect(reverse("me:memory") + "#waiting")
 
 
 def _my_proposals(user, session=None):
@@ -253,7 +395,7 @@ def fact(request, fact_id):
     """A fact's page: its current state and its history, old to new (htmx: just the fact)."""
     fact = _own_fact(request, fact_id)
     if request.htmx:
-        return _page(request, "me/_fact.html#item", {"f": fact})
+        return _page(request, "me/_fact.html#item", _item_context(request.user, fact))
     chain = [f for f in writing.chain_of(fact) if f.user_id == request.user.id]
     ids = [f.id for f in chain]
     sessions = set(
@@ -291,24 +433,28 @@ def fact_edit(request, fact_id):
     fact = _own_fact(request, fact_id)
     if fact.state != "live":
         return redirect("me:fact", fact_id=fact.id)
-    form = _fact_form(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
+    form = _fact_form(request.POST or None, initial={"text": as_yours(fact.text), "kind": fact.kind})
     if request.method == "POST" and form.is_valid():
         text, kind = form.cleaned_data["text"], form.cleaned_data["kind"]
         if writing.is_unchanged(fact, text, kind):
             if request.htmx:
-                return _page(request, "me/_fact.html#item", {"f": fact})
+                return _page(request, "me/_fact.html#item", _item_context(request.user, fact))
             messages.info(request, "Nothing changed.")
             return redirect(reverse("me:memory") + f"#fact-{fact.id}")
         try:
-            new = writing.correct_fact(fact, text, kind, actor_user=request.user, origin=MemoryFact.Origin.USER)
+            result = writing.correct_fact(fact, text, kind, actor_user=request.user, origin=MemoryFact.Origin.USER)
         except writing.FactRejected as exc:
             fact.refresh_from_db(fields=["superseded_by"])
             if fact.superseded_by_id is not None:
                 return _gone(request, fact.id)  # replaced in another tab while this form was open
             form.add_error("text", f"This can't be saved: {exc}.")
         else:
+            if result.outcome == "pending":
+                messages.info(request, HELD_CORRECTION)
+                return redirect(reverse("me:memory") + "#waiting")
+            new = result.fact
             if request.htmx:
-                return _page(request, "me/_fact.html#item", {"f": new, "just_corrected": True})
+                return _page(request, "me/_fact.html#item", _item_context(request.user, new, just_corrected=True))
             messages.success(request, "Corrected. The assistant will use your version from now on.")
             return redirect(reverse("me:memory") + f"?highlight={new.id}#fact-{new.id}")
     status = form_status(request, not form.is_bound or form.is_valid())
@@ -327,12 +473,31 @@ def fact_delete(request, fact_id):
     fact = _own_fact(request, fact_id)
     if request.method == "POST":
         writing.delete_fact(fact, actor=FactEvent.Actor.USER, actor_user=request.user, reason="deleted by its owner")
-        if request.htmx:
-            return _page(request, "me/_fact.html#deleted", {})
+        if request.htmx:  # the row says so, and the counts by kind follow (out of band)
+            query, kind = _filters_of(request)
+            counts = _kind_counts(request.user)
+            context = {"tabs": _tabs(counts), "query": query, "kind": kind, "oob": True}
+            context.update(fact_id=fact.id, fact_kind=fact.kind, kind_n=counts.get(fact.kind, 0))
+            return _page(request, "me/_fact.html#deleted", context)
         messages.success(request, "Deleted. The assistant no longer remembers it, and its earlier versions are gone.")
         return redirect("me:memory")
     earlier = len(writing.chain_of(fact)) - 1 if fact.superseded_by_id is None else None
     return _page(request, "me/fact_delete.html", {"f": fact, "earlier": earlier}, section="memory", partial="confirm")
+
+
+@require_POST
+@login_required
+def fact_restore(request, fact_id):
+    """Bring back one of my facts that the nightly job forgot, within the grace period."""
+    expired = MemoryFact.objects.for_user(request.user).in_state("expired").for_display()
+    fact = get_object_or_404(expired, id=fact_id)
+    try:
+        forgetting.restore_fact(fact, request.user)
+    except forgetting.RestoreRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("me:memory")
+    messages.success(request, "Restored. The assistant can use it again.")
+    return redirect(reverse("me:memory") + f"?highlight={fact.id}#fact-{fact.id}")
 
 
 # --- conversations ------------------------------------------------------------
@@ -397,13 +562,16 @@ def _previews(user, session_ids):
 @login_required
 def conversations(request):
     """Every conversation, memory on or off, with what it taught and what memory it was given."""
-    qs = AgentSession.objects.for_user(request.user).select_related("org").order_by("-started_at", "id")
-    page = Paginator(qs, 20).get_page(request.GET.get("page"))
-    ids = [s.id for s in page]
+    qs = AgentSession.objects.for_user(request.user).select_related("org")
+    page = keyset(request, qs, ("-started_at", "id"), CONVERSATIONS_PER_PAGE)
+    ids = [s.id for s in page.rows]
     counts = _taught_counts(request.user, ids)
     previews = _previews(request.user, ids)
-    rows = [{"s": s, "c": counts.get(s.id, {}), "status": _status_text(s), "title": previews.get(s.id)} for s in page]
-    return _page(request, "me/conversations.html", {"page": page, "rows": rows}, section="conversations")
+    rows = [
+        {"s": s, "c": counts.get(s.id, {}), "status": _status_text(s), "title": previews.get(s.id)} for s in page.rows
+    ]
+    context = {"page": page, "rows": rows}
+    return _page(request, "me/conversations.html", context, section="conversations")
 
 
 @require_GET
@@ -418,7 +586,7 @@ def conversation(request, session_id):
             action__in=[FactEvent.Action.CREATED, FactEvent.Action.CONFIRMED, FactEvent.Action.SUPERSEDED],
         ).order_by("created_at", "id")
     )
-    facts = MemoryFact.objects.for_user(request.user).defer("embedding").in_bulk({e.fact_id for e in events})
+    facts = MemoryFact.objects.for_user(request.user).for_display().in_bulk({e.fact_id for e in events})
     taught = {"created": [], "confirmed": [], "superseded": []}
     seen = set()
     for ev in events:
@@ -429,7 +597,7 @@ def conversation(request, session_id):
     logs = (
         RecallLog.objects.filter(user=request.user, session=session)
         .select_related("fact")
-        .defer("fact__embedding")
+        .defer("fact__embedding", "fact__search_vector")
         .order_by("created_at", "position")
     )
     # The messages facts were learned from, unnested in SQL: one row per message, not per fact
@@ -495,6 +663,36 @@ def _switch_context(user, error=None):
     }
 
 
+def _accesses(user, limit=50):
+    """The latest support accesses to this person's memory, each with what was looked at in words."""
+    rows = list(support_access.accesses_for(user)[:limit])
+    refs = {r.page.partition(" ")[0]: set() for r in rows}
+    for r in rows:
+        name, _, ref = r.page.partition(" ")
+        refs[name].add(ref)
+    facts = {
+        str(f.id): f
+        for f in MemoryFact.objects.for_user(user).filter(id__in=_uuids(refs.get("fact", ()))).only("id", "text")
+    }
+    sessions = {
+        str(s.id): s
+        for s in AgentSession.objects.for_user(user)
+        .filter(id__in=_uuids(refs.get("conversation", ())))
+        .only("id", "started_at")
+    }
+    return [{"a": r, "what": access_words(r.page, facts, sessions)} for r in rows]
+
+
+def _uuids(values):
+    out = []
+    for value in values:
+        try:
+            out.append(uuid.UUID(value))
+        except ValueError:
+            continue
+    return out
+
+
 @require_GET
 @login_required
 def data(request):
@@ -507,7 +705,7 @@ def data(request):
         "doc": doc,
         "by_state": by_state,
         "turns_kept": sum(len(s["retained_turns"]) for s in doc["sessions"]),
-        "accesses": support_access.accesses_for(request.user)[:50],
+        "accesses": _accesses(request.user),
         "portal_links": PortalLink.objects.filter(user=request.user).count(),
         **_switch_context(request.user),
     }
@@ -523,6 +721,18 @@ def export_json(request):
     body = json.dumps(doc, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
     filename = f"my-memory-{clock.now():%Y-%m-%d}.json"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+@login_required
+@never_cache
+def export_html(request):
+    """Download everything held about me as one readable page (the JSON export's document, rendered)."""
+    doc = exporting.export_user(request.user)
+    response = render(request, "me/export.html", {"doc": doc, "memory_on": doc["memory_switch"]["enabled"]})
+    filename = f"my-memory-{clock.now():%Y-%m-%d}.html"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
@@ -543,7 +753,13 @@ def erase(request):
     facts = MemoryFact.objects.for_user(request.user).count()
     sessions = AgentSession.objects.for_user(request.user).count()
     status = 400 if form.is_bound and not form.is_valid() else 200
-    context = {"form": form, "facts": facts, "sessions": sessions, "word": ERASE_WORD}
+    context = {
+        "form": form,
+        "facts": facts,
+        "sessions": sessions,
+        "word": ERASE_WORD,
+        "known_as": people.identities(request.user),
+    }
     return _page(request, "me/erase.html", context, status=status, section="data")
 
 
@@ -571,6 +787,11 @@ def about(request):
         "turn_days": memory["TURN_RETENTION_DAYS"],
         "grace_days": memory["FORGETTING_GRACE_DAYS"],
         "recall_cap": memory["RECALL_CAP"],
+        "tier1_constraints": memory["TIER1_KINDS"].get("constraint", 0),
+        "tier1_profiles": memory["TIER1_KINDS"].get("profile", 0),
+        "tier1_limit": min(memory["RECALL_CAP"], memory["TIER1_LIMIT"]),
+        "by_confirmations": memory["TIER1_ORDER"] == "confirmations",
+        "lately_days": LATELY_DAYS,
         "inactivity": memory["INACTIVITY_MINUTES"],
         "link_minutes": memory["PORTAL_LINK_MINUTES"],
     }

@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
@@ -18,20 +19,40 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, retarget
 
-from memoryapp import orgs, ratelimit
-from memoryapp.models import FACT_MAX_CHARS, ApiKey, Invitation, Membership, MemoryFact, OrgFactProposal, Scope
-from memoryapp.pages.display import KIND_CHOICES
+from memoryapp import orgs, password_reset, ratelimit
+from memoryapp.backends import ModelUnavailable
+from memoryapp.models import (
+    ApiKey,
+    Invitation,
+    Membership,
+    MemoryFact,
+    OrgFactProposal,
+    default_scopes,
+)
 from memoryapp.pages.forms import FactForm
 from memoryapp.pages.rendering import form_status, page_or_partial
+from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
 from memoryapp.writing import FactRejected
 
 JOIN_RATE_PER_MINUTE = 20  # per client address: new-account attempts on an invitation page
-# What each key scope lets an agent do, as the keys page explains it.
+# What each key scope lets an agent do, as the keys page explains it (read and write are on by default).
 SCOPE_CHOICES = [
-    ("read", "Read", "recall memory, list and read facts, read sessions, export a person, issue portal links"),
-    ("write", "Write", "open sessions and add turns, remember, correct and delete facts"),
-    ("erase", "Erase", "erase a person and everything held about them"),
+    ("read", "Read", "Recall memory, list and read facts and sessions, export what this org remembers of a person."),
+    ("write", "Write", "Open sessions and add turns; remember, correct and delete facts."),
+    ("erase", "Erase", "Erase a person and everything held about them, for good."),
+    (
+        "portal",
+        "Portal",
+        "Issue one-time sign-in links to a person's own memory pages, where they can see, correct, "
+        "export and erase it.",
+    ),
 ]
+
+# An admin's text the judge holds (it may claim authority) goes to the proposals queue for a second look.
+HELD_NOTICE = (
+    "This may read as granting authority or a permission, so it waits under Proposed facts: "
+    "approve it there to add it to the org memory."
+)
 
 
 class InviteForm(forms.Form):
@@ -113,6 +134,26 @@ def _page(request, template, partial, context, status=200):
     return page_or_partial(request, template, partial, context, status=status)
 
 
+def _confirm(request, org, membership, *, tab, title, question, consequence, action, button, back):
+    """The confirmation step of a destructive action, as its own page (GET): it works without JavaScript.
+
+    The page's form POSTs back to the same URL, which performs the action (CSRF and ownership checked there).
+    """
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": tab,
+        "title": title,
+        "question": question,
+        "consequence": consequence,
+        "action": action,
+        "button": button,
+        "back": back,
+        **_nav(org, membership),
+    }
+    return render(request, "orgs/confirm.html", context)
+
+
 def _done(request, url_name, org, notice, render_partial):
     """After a change: htmx gets the refreshed partial with the notice; plain forms get a redirect."""
     if request.htmx:
@@ -169,9 +210,12 @@ def fact_add(request, org, membership):
             result = orgs.add_fact(org, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
         except FactRejected as exc:
             form.add_error("text", str(exc))
+        except ModelUnavailable:  # MODEL_STRICT and the verdict model did not answer in time
+            form.add_error(None, "The verdict model did not answer, so nothing was added. Try again in a minute.")
         else:
             notice = {
                 "confirmed": "That fact was already in the org memory; it is confirmed again.",
+                "pending": HELD_NOTICE,
             }.get(result.outcome, "Added to the org memory.")
             if result.superseded:
                 notice += f" It replaces {len(result.superseded)} older fact(s) it contradicts."
@@ -193,16 +237,21 @@ def fact_edit(request, org, membership, fact_id):
     form = FactForm(request.POST or None, initial={"text": fact.text, "kind": fact.kind})
     if request.method == "POST" and form.is_valid():
         try:
-            orgs.correct_fact(fact, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
+            result = orgs.correct_fact(fact, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
         except FactRejected as exc:
             form.add_error("text", str(exc))
         else:
+            done = (
+                HELD_NOTICE
+                if result.outcome == "pending"
+                else "Corrected. The old wording stays in the history as superseded."
+            )
             # The form replaces its own list item; a success refreshes the whole list instead.
             return _done(
                 request,
                 "org-memory",
                 org,
-                "Corrected. The old wording stays in the history as superseded.",
+                done,
                 lambda n: retarget(_render_memory(request, org, membership, notice=n), "#org-facts"),
             )
     context = {
@@ -368,8 +417,41 @@ def member_role(request, org, membership, membership_id):
 @require_POST
 @login_required
 @_admin
+def member_reset_link(request, org, membership, membership_id):
+    target = _member(org, membership_id)  # members of this org only: anyone else is 404
+    try:
+        link, expires_at = password_reset.issue_link(request.user, target.user, request.build_absolute_uri("/"))
+    except password_reset.NotAllowed as exc:
+        return _render_members(
+            request, org, membership, status=form_status(request, ok=False), errors={target.id: str(exc)}
+        )
+    # The link is shown once, in this response only: never stored and never cached.
+    new_reset = {"name": orgs.members(org, target.id)[0].name, "link": link, "expires_at": expires_at}
+    response = _render_members(request, org, membership, new_reset=new_reset)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@_admin
 def member_remove(request, org, membership, membership_id):
     target = _member(org, membership_id)
+    if request.method == "GET":
+        name = orgs.members(org, target.id)[0].name
+        return _confirm(
+            request,
+            org,
+            membership,
+            tab="members",
+            title=f"Remove {name}",
+            question=f"Remove {name} from {org.name}?",
+            consequence="The assistant stops using the org memory in their conversations at once. "
+            "Their personal memory stays theirs; facts they proposed stay with the organisation, without their name.",
+            action=reverse("org-member-remove", args=[org.slug, target.id]),
+            button=f"Remove {name}",
+            back=reverse("org-members", args=[org.slug]),
+        )
     try:
         orgs.remove_member(target)
     except orgs.OrgError as exc:
@@ -388,10 +470,24 @@ def member_remove(request, org, membership, membership_id):
     )
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 def leave(request, slug):
     org, membership = _org(request, slug)
+    if request.method == "GET":
+        return _confirm(
+            request,
+            org,
+            membership,
+            tab="members",
+            title=f"Leave {org.name}",
+            question=f"Leave {org.name}?",
+            consequence=f"Your personal memory stays yours. The assistant stops using {org.name}'s org memory "
+            "in your conversations at once. Facts you proposed stay with the organisation, without your name.",
+            action=reverse("org-leave", args=[org.slug]),
+            button=f"Leave {org.name}",
+            back=reverse("org-members", args=[org.slug]),
+        )
     try:
         orgs.remove_member(membership)
     except orgs.OrgError as exc:
@@ -409,6 +505,77 @@ def _hx_redirect(request, url):
     return redirect(url)
 
 
+# --- people the org's agents remember ----------------------------------------------------------
+
+
+def _remembered(org, identity_id):
+    identity = orgs.remembered_person(org, identity_id)
+    if identity is None:
+        raise Http404
+    return identity
+
+
+def _render_people(request, org, membership, status=200, **extra):
+    context = {
+        "org": org,
+        "membership": membership,
+        "tab": "people",
+        "people": orgs.remembered(org),
+        **_nav(org, membership),
+        **extra,
+    }
+    return _page(request, "orgs/people.html", "people", context, status=status)
+
+
+@require_GET
+@login_required
+@_admin
+def remembered(request, org, membership):
+    return _render_people(request, org, membership)
+
+
+@require_POST
+@login_required
+@_admin
+def remembered_portal(request, org, membership, identity_id):
+    identity = _remembered(org, identity_id)
+    try:
+        url, expires_at = orgs.portal_link_for(identity, request.build_absolute_uri("/"))
+    except orgs.OrgError as exc:
+        return _render_people(
+            request, org, membership, status=form_status(request, ok=False), errors={identity.id: str(exc)}
+        )
+    # Shown once, in this response only: never stored and never cached.
+    link = {"identity": identity, "url": url, "expires_at": expires_at}
+    response = _render_people(request, org, membership, new_link=link)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@_admin
+def remembered_erase(request, org, membership, identity_id):
+    """A confirmation page (GET), then the erasure (POST with the typed id): works without JavaScript."""
+    identity = _remembered(org, identity_id)
+    error = None
+    if request.method == "POST":
+        if request.POST.get("confirm", "").strip() == identity.external_id:
+            try:
+                receipt = orgs.erase_remembered(identity)
+            except orgs.OrgError as exc:
+                error = str(exc)
+            else:
+                messages.success(
+                    request, f"Erased {identity.external_id} and everything held about them. Receipt {receipt.id}."
+                )
+                return _hx_redirect(request, reverse("org-people", args=[org.slug]))
+        else:
+            error = f"Type {identity.external_id} exactly to confirm."
+    context = {"org": org, "membership": membership, "tab": "people", "identity": identity, "error": error}
+    return render(request, "orgs/people_erase.html", {**context, **_nav(org, membership)}, status=400 if error else 200)
+
+
 # --- API keys --------------------------------------------------------------------------------
 
 
@@ -419,7 +586,7 @@ def _render_keys(request, org, membership, status=200, **extra):
         "tab": "keys",
         "keys": orgs.api_keys(org),
         "scopes": SCOPE_CHOICES,
-        "chosen": Scope.values,
+        "chosen": default_scopes(),
         **_nav(org, membership),
         **extra,
     }
@@ -455,11 +622,29 @@ def key_create(request, org, membership):
     return response
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 @_admin
 def key_revoke(request, org, membership, key_id):
-    api_key = orgs.revoke_key(_api_key(org, key_id))
+    api_key = _api_key(org, key_id)
+    if request.method == "GET":
+        if api_key.revoked_at is not None:
+            messages.info(request, f"“{api_key.name}” is already revoked.")
+            return redirect("org-keys", slug=org.slug)
+        return _confirm(
+            request,
+            org,
+            membership,
+            tab="keys",
+            title=f"Revoke “{api_key.name}”",
+            question=f"Revoke “{api_key.name}” ({api_key.prefix}…)?",
+            consequence="Agents using it stop working at once (they get 401). This cannot be undone: "
+            "make a new key for them if they still need one.",
+            action=reverse("org-key-revoke", args=[org.slug, api_key.id]),
+            button="Revoke key",
+            back=reverse("org-keys", args=[org.slug]),
+        )
+    api_key = orgs.revoke_key(api_key)
     return _done(
         request,
         "org-keys",

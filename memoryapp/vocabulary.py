@@ -1,0 +1,35 @@
+"""The vocabulary of facts: the kinds, their one order and names, the size of a fact, and negation."""
+
+import re
+
+# The order is part of the learned models' weights (a kind's index is its output unit): append only.
+KINDS = ("preference", "constraint", "profile", "goal")
+# Tier 1 of recall: the kinds given to the assistant before any similarity is computed.
+ALWAYS_ON_KINDS = ("constraint", "profile")
+# One order wherever facts are listed or put in a block: always-on kinds first.
+KIND_ORDER = ("constraint", "profile", "preference", "goal")
+# The neutral names, for staff and agents (a profile fact is not "about you" to a support agent).
+KIND_LABELS = {"constraint": "Constraint", "profile": "Profile", "preference": "Preference", "goal": "Goal"}
+# What each kind is, for the forms that ask for one.
+KIND_CHOICES = [
+    ("constraint", "Constraint: a rule the assistant must respect"),
+    ("profile", "Profile: who someone is, what they work with"),
+    ("preference", "Preference: how things should be done"),
+    ("goal", "Goal: something being worked towards"),
+]
+FACT_MAX_CHARS = 200
+# How a fact's words are matched (search and recall's word side): English stemming with accents
+# folded, so "cafe" finds "café" and "Zurich" "Zürich". A PostgreSQL text search configuration made
+# by migration 0015 (the unaccent dictionary, then english_stem).
+TEXT_SEARCH_CONFIG = "memory_english"
+# Longer text is refused (the API and the MCP tools) before the fact checks spend time reading it.
+FACT_INPUT_MAX_CHARS = 2000
+
+# A sentence that denies or withdraws what it states ("is not", "no longer", "can't"). A feature of the
+# learned verdict classifier (its weights were trained with exactly this) and of the offline rules.
+NEGATION = re.compile(r"\b(not|no|never|nothing|none|nobody|neither|nor|without|cannot|\w+n't)\b", re.I)
+
+
+def kind_rank(kind):
+    """A kind's place in KIND_ORDER (unknown kinds last)."""
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)

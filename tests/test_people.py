@@ -1,0 +1,270 @@
+"""Issue 41: who is who (remembered persons are not members) and one person, one memory (linking)."""
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection, transaction
+from django.test import Client
+
+from memoryapp import erasure, linking, orgs, people, portal, recall, sessions, writing
+from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user):
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def token_of(url):
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+@pytest.fixture
+def admin(org, make_user):
+    return make_user("olga", org, role="admin")
+
+
+# --- who is who ------------------------------------------------------------------------------------
+
+
+def test_the_api_makes_a_remembered_person_never_a_member_and_the_pages_show_them_apart(org, admin, api, make_user):
+    make_user("alice", org)
+    assert api.post("/v1/users/alice/facts", {"text": "The user keeps bees.", "kind": "profile"}).status_code == 201
+    remembered = sessions.find_user(org, "alice")
+    assert not Membership.objects.filter(user=remembered).exists()
+
+    members = client_for(admin).get(f"/orgs/{org.slug}/members/").content.decode()
+    assert members.count("<strong>alice</strong>") == 1  # one alice: the member, not the agent's alice too
+    page = client_for(admin).get(f"/orgs/{org.slug}/people/").content.decode()
+    assert "People your agents remember" in page and ">alice</strong>" in page
+    assert "The user keeps bees." not in page  # an admin never sees a remembered person's facts
+    assert remembered.username not in page
+
+
+def test_a_remembered_person_cannot_be_made_admin_so_the_last_admin_stays_one_who_signs_in(org, admin):
+    remembered = sessions.get_or_create_user(org, "demo-customer")
+    # Even a membership made by hand (as the old API did) cannot carry the admin role.
+    forced = Membership.objects.create(user=remembered, org=org)
+    with pytest.raises(orgs.OrgError, match="signs in"):
+        orgs.change_role(forced, "admin")
+    with pytest.raises(orgs.OrgError, match="at least one admin"):
+        orgs.change_role(Membership.objects.get(user=admin), "member")
+
+
+def test_an_admin_who_cannot_sign_in_does_not_count_on_any_path(org, admin, make_user):
+    other = make_user("otto", org, role="admin")
+    other.is_active = False
+    get_user_model().objects.filter(pk=other.pk).update(is_active=False)  # deactivated earlier, somehow
+    mine = Membership.objects.get(user=admin)
+    with pytest.raises(orgs.OrgError):
+        orgs.change_role(mine, "member")
+    with pytest.raises(orgs.OrgError):
+        orgs.remove_member(mine)
+    with pytest.raises(CommandError, match="only admin"):
+        call_command("erase_user", "olga", interactive=False)
+    with pytest.raises(erasure.ErasureRefused):
+        erasure.erase_user(admin, "self")
+    # Django admin, the shell, any code: deactivating, unusable password or deleting the last one.
+    admin.is_active = False
+    with pytest.raises(people.LastAdmin), transaction.atomic():
+        admin.save()
+    admin.refresh_from_db()
+    admin.set_unusable_password()
+    with pytest.raises(people.LastAdmin), transaction.atomic():
+        admin.save()
+    with pytest.raises(people.LastAdmin), transaction.atomic():
+        get_user_model().objects.get(pk=admin.pk).delete()
+    assert Membership.objects.get(user=admin).role == "admin"
+
+
+def test_django_admin_offers_no_delete_and_refuses_deactivating_the_last_admin(org, admin, make_user):
+    staff = make_user("root", is_staff=True, is_superuser=True)
+    browser = client_for(staff)
+    assert browser.get(f"/admin/auth/user/{admin.pk}/delete/").status_code == 403
+    form = browser.get(f"/admin/auth/user/{admin.pk}/change/")
+    assert form.status_code == 200
+    data = {
+        "username": "olga",
+        "password": admin.password,
+        "is_active": "",
+        "date_joined_0": "2026-01-01",
+        "date_joined_1": "00:00:00",
+    }
+    refused = browser.post(f"/admin/auth/user/{admin.pk}/change/", data)
+    assert refused.status_code == 200 and "only admin" in refused.content.decode()
+    admin.refresh_from_db()
+    assert admin.is_active
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_demoting_each_other_beside_one_who_cannot_sign_in_leave_one_who_can(org, make_user):
+    a = Membership.objects.get(user=make_user("ann", org, role="admin"))
+    b = Membership.objects.get(user=make_user("ben", org, role="admin"))
+    ghost = make_user("gus", org, role="admin")
+    get_user_model().objects.filter(pk=ghost.pk).update(is_active=False)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def demote(membership):
+        try:
+            barrier.wait()
+            orgs.change_role(membership, "member")
+            outcomes.append("ok")
+        except orgs.OrgError:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=demote, args=(m,)) for m in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok", "refused"]
+    assert Membership.objects.who_can_sign_in().filter(org=org, role="admin").count() == 1
+
+
+def test_the_org_tier_reaches_a_remembered_person_through_their_identity(org, admin):
+    orgs.add_fact(org, admin, "The team deploys on Fridays.", "constraint")
+    person = sessions.get_or_create_user(org, "cust-1")
+    block = recall.recall(sessions.open_session(org, person), "when do you deploy?").block
+    assert "The team deploys on Fridays." in block
+    stranger = sessions.get_or_create_user(orgs.Organization.objects.create(slug="x", name="X"), "cust-2")
+    assert "Fridays" not in recall.recall(sessions.open_session(org, stranger), "when do you deploy?").block
+
+
+def test_admin_sends_a_portal_link_and_erases_a_remembered_person_without_javascript(org, admin, api):
+    api.post("/v1/users/cust-9/facts", {"text": "The user keeps bees.", "kind": "profile"})
+    ident = ExternalIdentity.objects.get(org=org, external_id="cust-9")
+    browser = client_for(admin)
+    shown = browser.post(f"/orgs/{org.slug}/people/{ident.id}/portal/").content.decode()
+    assert "/me/portal/" in shown and "The user keeps bees." not in shown
+    confirm = browser.get(f"/orgs/{org.slug}/people/{ident.id}/erase/")
+    assert confirm.status_code == 200 and "Type" in confirm.content.decode()
+    assert browser.post(f"/orgs/{org.slug}/people/{ident.id}/erase/", {"confirm": "nope"}).status_code == 400
+    assert MemoryFact.objects.filter(text="The user keeps bees.").exists()
+    done = browser.post(f"/orgs/{org.slug}/people/{ident.id}/erase/", {"confirm": "cust-9"})
+    assert done.status_code == 302
+    assert not MemoryFact.objects.filter(text="The user keeps bees.").exists()
+    assert api.get("/v1/users/cust-9/facts").status_code == 404
+
+
+# --- one person, one memory ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(make_user):
+    return make_user("alice")
+
+
+def _agent_knows_alice(org, api):
+    for text, kind in (
+        ("The user keeps bees on the roof.", "profile"),
+        ("The user prefers answers in French.", "preference"),
+    ):
+        assert api.post("/v1/users/alice/facts", {"text": text, "kind": kind}).status_code == 201
+    session = sessions.open_session(org, sessions.find_user(org, "alice"))
+    sessions.add_turns(session, [("user", "Hello from the roof.")])
+    return sessions.find_user(org, "alice"), session
+
+
+def _link_in_browser(browser, org, remembered):
+    url, _ = portal.issue_link(remembered, org=org)
+    offer = browser.get(f"/me/portal/{token_of(url)}/").content.decode()
+    assert "This is me: add this memory to my account" in offer
+    return browser.post(f"/me/portal/{token_of(url)}/", {"action": "link"})
+
+
+def test_an_agents_memory_of_an_account_holder_joins_it_only_when_she_says_this_is_me(scripted, org, api, alice):
+    remembered, session = _agent_knows_alice(org, api)
+    assert remembered.pk != alice.pk  # an org key never links, whatever the names
+    browser = client_for(alice)
+    assert "bees" not in browser.get("/me/").content.decode()
+
+    assert _link_in_browser(browser, org, remembered).status_code == 302
+    mine = browser.get("/me/").content.decode()
+    assert "bees on the roof" in mine
+    assert "Acme's assistant knows you as <code>alice</code>" in mine
+    assert not get_user_model().objects.filter(pk=remembered.pk).exists()
+    assert ExternalIdentity.objects.get(org=org, external_id="alice").user_id == alice.pk
+    assert AgentSession.objects.get(id=session.id).user_id == alice.pk
+    # The agent now reaches the one memory through its id; the account still signs in for itself.
+    listed = api.get("/v1/users/alice/facts").json()
+    assert {f["text"] for f in listed["facts"]} >= {"The user keeps bees on the roof."}
+    assert browser.get("/me/").wsgi_request.user.pk == alice.pk
+
+
+def test_linking_confirms_duplicates_supersedes_contradictions_and_moves_history_as_is(scripted, org, alice):
+    remembered = sessions.get_or_create_user(org, "alice")
+    own = writing.store(alice, "The user lives in Berlin.", "profile").fact
+    same = writing.store(alice, "The user drinks green tea.", "preference").fact
+    old = writing.store(remembered, "The user drinks green tea daily.", "preference").fact
+    moved = writing.store(remembered, "The user lives in Paris.", "profile").fact
+    history = writing.store(remembered, "The user works at a bakery.", "profile").fact
+    writing.correct_fact(history, "The user works at a bank.", "profile", actor_user=None)
+    scripted.verdict_map = {"green tea": "DUPLICATE", "berlin": "CONTRADICTS"}
+
+    def judge(new_text, old_texts):
+        assert len(connection.atomic_blocks) == 1  # the test's own: no model call inside a transaction
+        return scripted.verdicts(new_text, old_texts)
+
+    result = linking.link(alice, remembered, judge=judge)
+
+    same.refresh_from_db()
+    own.refresh_from_db()
+    assert same.confirmation_count == 2 and same.superseded_at is None
+    assert own.superseded_at is not None  # Paris supersedes Berlin, through the write path
+    live = set(MemoryFact.objects.for_user(alice).live().values_list("text", flat=True))
+    assert live == {"The user drinks green tea.", "The user lives in Paris.", "The user works at a bank."}
+    assert MemoryFact.objects.for_user(alice).get(id=history.id).supersede_reason == "corrected"
+    assert MemoryFact.objects.for_user(alice).get(id=old.id).superseded_by_id == same.id
+    assert MemoryFact.objects.for_user(alice).get(id=moved.id).supersede_reason == "linked"
+    assert not FactEvent.objects.filter(user_id=remembered.pk).exists()
+    assert result.facts["confirmed"] == 1 and result.identities == [("Acme", "alice")]
+
+
+def test_linking_is_refused_for_accounts_and_never_done_by_a_key(org, alice, make_user, api):
+    with pytest.raises(linking.LinkRefused):
+        linking.link(alice, make_user("bob"))  # another account: never merged into someone else
+    # A portal link for an account cannot even be made, by a key or otherwise.
+    assert api.post("/v1/users/alice/facts", {"text": "The user keeps bees.", "kind": "profile"}).status_code == 201
+    assert sessions.find_user(org, "alice").pk != alice.pk
+
+
+def test_erasure_covers_every_linked_identity_and_the_receipt_lists_them(scripted, org, api, alice):
+    remembered, _ = _agent_knows_alice(org, api)
+    browser = client_for(alice)
+    _link_in_browser(browser, org, remembered)
+    assert "Acme's <code>alice</code>" in browser.get("/me/erase/").content.decode()
+    done = browser.post("/me/erase/", {"confirm": "ERASE"})
+    receipt = browser.get(done["Location"]).content.decode()
+    assert "Acme" in receipt
+    assert api.get("/v1/users/alice/facts").status_code == 404
+    assert not MemoryFact.objects.filter(text__contains="bees").exists()
+
+
+def test_export_of_a_linked_account_includes_the_agents_memory_and_its_id(scripted, org, api, alice):
+    remembered, _ = _agent_knows_alice(org, api)
+    browser = client_for(alice)
+    _link_in_browser(browser, org, remembered)
+    doc = browser.get("/me/data/export.json").json()
+    assert {"organisation": "Acme", "external_id": "alice"} in doc["subject"]["external_ids"]
+    assert any(f["text"] == "The user keeps bees on the roof." for f in doc["facts"])
+
+
+def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_may_open(org, api):
+    api.post("/v1/users/demo-customer/facts", {"text": "The user keeps bees.", "kind": "profile"})
+    person = sessions.find_user(org, "demo-customer")
+    browser = Client()
+    url, _ = portal.issue_link(person, org=org)
+    browser.post(url)
+    page = browser.get("/me/").content.decode()
+    assert "You, as known to Acme" in page
+    assert person.username not in page
+    assert f'href="/orgs/{org.slug}/"' not in page  # no org tab that would answer 403

@@ -1,0 +1,69 @@
+"""Issue 42 part 5: rate limits hold across processes (no Redis: counted in PostgreSQL), and a stranger's
+wrong passwords cannot lock a person out of their account."""
+
+import subprocess
+import sys
+
+import pytest
+
+from memoryapp import ratelimit
+from memoryapp.models import RateCounter
+from tests.conftest import BASE_DIR, worker_database_url
+
+# Each process counts 5 calls in one bucket against a limit of 5, on a pinned clock (one window).
+COUNT_IN_A_PROCESS = """
+import django; django.setup()
+from memoryapp import ratelimit
+ratelimit._now = lambda: 1_800_000_005
+print(sum(ratelimit.hit("shared-bucket", 5)[0] for _ in range(5)))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_share_one_limit():
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": BASE_DIR,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": worker_database_url(),
+        "CELERY_BROKER_URL": "memory://",
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-c", COUNT_IN_A_PROCESS], cwd=BASE_DIR, env=env, stdout=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    allowed = [int(p.communicate(timeout=120)[0]) for p in procs]
+    assert sum(allowed) == 5, allowed  # per-process counters would let 10 through
+
+
+@pytest.mark.django_db
+def test_ended_windows_are_pruned(monkeypatch):
+    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_005)
+    ratelimit.hit("a", 5)
+    ratelimit.hit("b", 5)
+    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_125)  # two windows later
+    assert ratelimit.hit("c", 5) == (True, 55)
+    assert list(RateCounter.objects.values_list("bucket", flat=True)) == ["c"]
+
+
+def _sign_in(client, username, password, address):
+    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_wrong_passwords_from_one_address_do_not_lock_out_another(client, make_user, settings, rate_window):
+    settings.MEMORY = {**settings.MEMORY, "LOGIN_RATE_PER_MINUTE": 10}
+    make_user("dana")
+    tries = [_sign_in(client, "dana", "wrong", "203.0.113.7").status_code for _ in range(11)]
+    assert tries == [200] * 10 + [429]  # the form with its error, then the pause
+    assert _sign_in(client, "dana", "correct horse battery", "203.0.113.7").status_code == 429
+    own = _sign_in(client, "dana", "correct horse battery", "198.51.100.2")
+    assert own.status_code == 302 and client.session["_auth_user_id"]
+
+
+@pytest.mark.django_db
+def test_one_address_cannot_spray_many_account_names(client, settings, rate_window):
+    settings.MEMORY = {**settings.MEMORY, "LOGIN_RATE_PER_MINUTE": 10, "LOGIN_ADDRESS_RATE_PER_MINUTE": 30}
+    codes = [_sign_in(client, f"user{i}", "wrong", "203.0.113.7").status_code for i in range(31)]
+    assert codes == [200] * 30 + [429]
+    assert _sign_in(client, "user0", "wrong", "198.51.100.2").status_code == 200
