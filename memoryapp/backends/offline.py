@@ -154,11 +154,16 @@ def _phrase(stated):
         new = R.trailing_time.sub("", switched["new"]).strip()
         old = f" instead of {_MY.sub('their', switched['old'])}" if switched["old"] else ""
         return _finish(f"{who} now uses {new}{old}")
-    return third_person(stated)
+    return phrasing.rewrite(stated)  # validated once, with the other facts
 
 
 def extract_facts(text):
     """Facts from user turns: first-person durable statements the model accepts, in the third person."""
+    return _unique_facts(_found(text))
+
+
+def _found(text):
+    """(fact, kind, scope) for each statement a rule or the model keeps, not yet validated."""
     found, pending = [], []
     for clause, stated in _statement_clauses(text):
         fact = _ruled_fact(clause)
@@ -168,7 +173,7 @@ def extract_facts(text):
         elif stated and len(stated.split()) >= 2 and not (_not_lasting(stated) or _not_lasting(clause)):
             pending.append(stated)
     found.extend(_learned_facts(pending))
-    return _unique_facts(found)
+    return found
 
 
 def _ruled_fact(clause):
@@ -232,7 +237,7 @@ def _unique_facts(found):
         fact = validation.normalise(fact)
         # The same squeeze as the model's answers: what can never be a fact is dropped; what the judge
         # may hold as pending goes on to the write path, which judges it with its vector.
-        if validation.refusal(fact, kind) is None and fact.casefold() not in seen:
+        if fact.casefold() not in seen and validation.refusal(fact, kind) is None:
             seen.add(fact.casefold())
             facts.append({"text": fact, "kind": kind, "scope": scope})
     return facts
@@ -501,7 +506,10 @@ class OfflineBackend:
         return learned.version()  # offline-learned-<sha8 of the weights>
 
     def extract(self, text):
-        return Answer(text=json.dumps({"facts": extract_facts(text)}), model=self.model)
+        # Not validated here: extraction.parse_answer validates and embeds each fact once (writing.check),
+        # drops what can never be a fact and the same fact twice, as it does for a model's answer.
+        facts = [{"text": validation.normalise(f), "kind": k, "scope": s} for f, k, s in _found(text)]
+        return Answer(text=json.dumps({"facts": facts}), model=self.model)
 
     def verdicts(self, new_text, old_texts):
         return judge(new_text, old_texts), Usage()

@@ -187,6 +187,14 @@ def third_person(sentence):
     None when the sentence does not speak about the user in the first person, or the result is
     not a storable fact.
     """
+    result = rewrite(sentence)
+    if result is None or validation.refusal(result, "profile"):  # what could be pending is the write path's
+        return None
+    return result
+
+
+def rewrite(sentence):
+    """`third_person` without its validation, for a caller that validates the fact once itself (the offline backend)."""
     text = validation.normalise(sentence).replace("’", "'")
     text = R.filler.sub("", text)
     if not text:
@@ -197,10 +205,7 @@ def third_person(sentence):
     result = re.sub(r"\s+", " ", "".join(writer.out)).strip().rstrip(".!?,;: ")
     if "the user" not in result:
         return None  # not about the user
-    result = result[0].upper() + result[1:] + "."
-    if validation.refusal(result, "profile"):  # what could be pending is the write path's to judge
-        return None
-    return result
+    return result[0].upper() + result[1:] + "."
 
 
 def _we_reading(text):
