@@ -47,6 +47,7 @@ class Command(BaseCommand):
             action="store_true",
             help="with --ablate: choose greedily the rules that can go together without a dev measure falling",
         )
+        parser.add_argument("--keep", default="", help="with --prune: rule ids that stay (comma-separated)")
 
     def handle(self, *args, **o):
         started = time.monotonic()
@@ -147,10 +148,11 @@ class Command(BaseCommand):
             },
         }
         if o["prune"]:
+            keep = {i.strip() for i in o["keep"].split(",") if i.strip()}
             off, result = ablation.prune(
-                dev, baseline, single, fired, lambda i, r, kept: self.stderr.write(f"  prune {i}: {r} off={kept}")
+                dev, baseline, single, fired, keep, lambda i, r, kept: self.stderr.write(f"  prune {i}: {r} off={kept}")
             )
             w(f"\nremovable together ({len(off)}): {', '.join(off)}\nwith them all off: {result}\n")
-            payload["prune"] = {"off": off, "with_all_off": result}
+            payload["prune"] = {"off": off, "kept_for_tests": sorted(keep), "with_all_off": result}
         payload["seconds"] = round(time.monotonic() - started, 1)
         benchmarks.write_json(o["json_path"], payload)
