@@ -8,72 +8,22 @@ it later judges.
 import re
 
 from memoryapp import validation
-
-QUESTION = re.compile(
-    r"\?\s*$|^(how|what|why|when|where|which|who|whom|whose|can you|could you|would you|will you|do you|does|did|"
-    r"is there|are there|should i|shall i|may i)\b",
-    re.IGNORECASE,
-)
-# Someone else's words the user is quoting or pasting: never a fact about the user.
-REPORTED = re.compile(
-    r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me|showed|shows|sent|posted)\b"
-    r"(\s+(me|us|this|that))?\s*[:,]?\s*[\"“'‘]"
-    r"|\b(said|says|wrote|writes|reads|states|stated|replied|showed|shows|sent|posted)(\s+(me|us|this|that))?\s*:|\b(pasted|copied|quoting|forwarded)\b"
-    r"|\b(the|this|that|a) (page|email|e-mail|document|doc|ticket|message|website|site|article|pdf|file) "
-    r"(said|says|reads|stated|states)\b",
-    re.IGNORECASE,
-)
-# A fact that says something changed ("The user's team now uses PlanetScale.", "... no longer eats
-# meat."). "Right now" is what someone is doing at the moment, not a change.
-_ANNOUNCES_CHANGE = re.compile(
-    r"\b(?:(?<!right )now|no longer|any ?more|switched|migrated|moved|changed|instead of|has become|these days)\b",
-    re.IGNORECASE,
-)
+from memoryapp.backends.rules import R
 
 
 def announces_change(fact):
     """True when the fact's wording says something changed (it then replaces a value worded far from it)."""
-    return bool(_ANNOUNCES_CHANGE.search(fact))
+    return bool(R.announces_change.search(fact))
 
 
-# Moods and the moment: true today, not worth remembering.
-TRANSIENT = re.compile(
-    r"\b(today|tonight|right now|at the moment|this morning|this afternoon|tired|sleepy|hungry|frustrated|"
-    r"annoyed|angry|upset|confused|stuck|bored|sorry|excited|busy|in a hurry|not sure|no idea|unsure)\b",
-    re.IGNORECASE,
-)
-# The answer to "how are you?" ("I'm good, thanks", "doing well"), filler before what follows
-# ("I am good, sometimes I sew my own clothes"); not "I'm good at chess" or "I'm fine with tabs".
-_HOW_I_AM = re.compile(
-    r"^(?:i am|i'm|doing|am) (?:very |pretty |really |quite |so )?(?:good|fine|well|great|ok|okay|alright|not bad)"
-    r"(?=$|[,.!]|\s+(?:thanks|thank you|and you|how)\b)[,.!]?\s*",
-    re.IGNORECASE,
-)
-_FILLER = re.compile(
-    r"^(also|and|but|so|oh|ok|okay|well|btw|by the way|fyi|just so you know|for context|for the record|"
-    r"personally|honestly|actually|basically|note that|heads up|anyway|ah|hi|hello|hey|thanks|yes|yeah|no|lol|"
-    r"haha|wow|sure|as i (?:said|mentioned)|like i (?:said|mentioned)|as mentioned|again)\b[,:!.]?\s*",
-    re.IGNORECASE,
-)
-_TRAILING_FILLER = re.compile(
-    r"[,]?\s+(by the way|btw|fyi|though|lol|haha|too|as well|actually|honestly|anyway|please)$", re.IGNORECASE
-)
-# "Since 2019", "since college", "since I was 5": when, not a reason, so not a second statement.
-_A_TIME = (
-    r"(?:\d+|last|early|late|childhood|birth|then|college|high school|(?:i|we) (?:was|were)|"
-    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*)\b"
-)
-# Where one sentence holds two statements: "never suggest AWS — we're on-prem by contract".
-_CLAUSE_BREAK = re.compile(
-    r"\s+[—–]\s+|\s+-{1,2}\s+|;\s*|:\s+|,\s*(?:so|but|because|since|as)\s+|\s+(?:because|since(?!\s+"
-    + _A_TIME
-    + r")|but)\s+"
-    r"|,?\s*and\s+(?=(?:i|we|my|our|i'm|we're)\b)",
-    re.IGNORECASE,
-)
-# Hedging adverbs that change nothing about the fact: "I personally prefer tabs" -> "I prefer tabs".
-_HEDGES = re.compile(r"\b(personally|honestly|actually|basically|definitely|genuinely|frankly)\b,?\s*", re.IGNORECASE)
-_SUBJECT = re.compile(r"\b(i|we|my|our|i'm|we're|i've|we've|i'd|we'd)\b", re.IGNORECASE)
+def transient(clause):
+    """True for a mood or the moment ("I'm tired today"): true today, not worth remembering."""
+    return bool(R.transient.search(clause))
+
+
+def reported(sentence):
+    """True when the sentence tells what a page, email or document says: never a fact about the user."""
+    return bool(R.document_says.search(sentence))
 
 
 def sentences(text):
@@ -91,93 +41,26 @@ def sentences(text):
                 yield s
 
 
-# "Since we last chatted", "since our last chat": when, in chat, not a statement about anyone.
-_SINCE_LAST = re.compile(
-    r",?\s*\bsince (?:we|i) (?:last )?(?:chatted|chat|spoke|talked|met|caught up|saw each other)(?: last)?\b"
-    r"|,?\s*\bsince our last (?:chat|talk|conversation|catch-up|call)\b",
-    re.IGNORECASE,
-)
-
-
-# "Don't explain the basics, I'm a senior developer": a comma, then the speaker says what they are.
-# Not inside a quotation ('"I'm sorry, Dave, I'm afraid I can't do that."').
-_COMMA_THEN_I = re.compile(r",\s*(?=(?:i'm|i am|we're|we are|i've|we've)\s)", re.IGNORECASE)
-
-
 def clauses(sentence):
     """A sentence cut where it holds two statements, with leading and trailing filler removed."""
     speaker = None  # "I was born in Lagos but grew up in London": the second clause is the speaker's too
-    parts = _CLAUSE_BREAK.split(_SINCE_LAST.sub("", sentence))
+    parts = R.clause_break.split(R.since_last.sub("", sentence))
     if not re.search('["“”]', sentence):
-        parts = [p for part in parts for p in _COMMA_THEN_I.split(part)]
+        parts = [p for part in parts for p in R.comma_then_i.split(part)]
     for part in parts:
         part = part.strip().rstrip(".!,")
         first = part.split(" ", 1)[0].lower()
-        if speaker and _past_tense(first):
+        if R.speaker_carries.applies(speaker and _past_tense(first)):
             part = f"{speaker} {part}"
         speaker = "I" if re.match(r"i\b", part, re.IGNORECASE) else None
         while True:  # until nothing more comes off: "oh, I'm good, thanks, btw" takes three rounds
-            stripped = _HOW_I_AM.sub("", _FILLER.sub("", part)).strip()
-            stripped = _TRAILING_FILLER.sub("", stripped).strip().rstrip(".!,")
+            stripped = R.how_i_am.sub("", R.filler.sub("", part)).strip()
+            stripped = R.trailing_filler.sub("", stripped).strip().rstrip(".!,")
             if stripped == part:
                 break
             part = stripped
         if part:
             yield part
-
-
-# A word in -ing that can be a gerund: not "something", "morning" or "king".
-_GERUND = (
-    r"(?!(?:some|no|any|every)?thing|morning|evening|during|spring|string|bring|sing|king|ring|ceiling)[a-z]{2,}ing\b"
-)
-# Chat drops the subject: "Still training for the marathon.", "Love hiking." The subject is the speaker.
-_IMPLICIT_BE = re.compile(
-    r"^((?:still|currently|now|also|always|mostly|just) )?"
-    + _GERUND
-    # A gerund that is itself the subject ("Blogging can make a difference", "Seeing it fills me…")
-    + r"(?!.*\b(?:is|was|are|were|isn't|wasn't|aren't|weren't|has|had|sounds?|seems?|looks?|can|could|will|"
-    r"would|should|might|must|makes?|made|gives?|gave|helps?|helped|brings?|brought|fills?|means?|meant|keeps?|"
-    r"kept)\b)"
-    r"(?=.*\s)",  # and not a lone word ("Uplifting!")
-    re.I,
-)
-_IMPLICIT_VERB = re.compile(r"^((?:still|also|really|totally|absolutely) )?(love|like|hate|enjoy|prefer)\b", re.I)
-# "Django/Postgres shop here.", "Rust developer here.": who the speaker (or their team) is.
-_HERE = re.compile(
-    r"^(?:(?:a|an|just a|just an) )?(?P<what>[\w/+#.-]+(?: [\w/+#.-]+){0,2}) "
-    r"(?P<who>shop|team|house|company|startup|user|developer|dev|engineer|programmer|person|fan) here$",
-    re.I,
-)
-
-
-# The word before a "my" or "our" that makes it part of an object ("for my birthday", "here are our rules").
-_BEFORE_OBJECT = re.compile(
-    r"\b(in|on|at|for|with|to|from|about|by|after|before|during|into|like|is|are|was|were|here's|there's|"
-    r"that's|thanks|thank you)\s*,?\s*$"
-    # "Losing my job gave me the push…": the possessive is the gerund's object (not "Morning, my…")
-    r"|^" + _GERUND,
-    re.IGNORECASE,
-)
-# "Summer is my favorite season." -> "my favorite season is summer": what is named comes first.
-_NAMED_AS_MINE = re.compile(
-    r"^(?P<what>(?!(?:it|its|it's|that|this|these|those|they|he|she|which|there|here|what|because|so|and|but|or|"
-    r"if)\b)[\w'-]+(?: [\w'-]+){0,3}) "
-    r"(?P<be>is|are|was|were) (?P<mine>(?:my|our) [\w'-]+(?: [\w'-]+){0,6})$",
-    re.IGNORECASE,
-)
-
-
-# A first person inside a relative clause of the subject: "The project I'm on uses Kafka heavily."
-_RELATIVE = re.compile(
-    r"^(?:the|this|that) [\w-]+(?: [\w-]+)? (?:i|we)(?:'m| am|'re| are)?(?: [\w-]+){0,2} "
-    r"(?:is|are|was|were|has|have|uses|runs|needs|takes|makes|lets|gets)\b",
-    re.IGNORECASE,
-)
-
-
-_SOMEONE_WE = re.compile(
-    r"^(?:everyone|everybody|someone|somebody|anyone|anybody|nobody|people|all|those) (?:i|we)\b", re.IGNORECASE
-)
 
 
 def from_subject(clause):
@@ -186,30 +69,27 @@ def from_subject(clause):
     A clause with no subject that reads as the speaker's ("Still training for it", "Love hiking")
     gets "I" back.
     """
-    here = _HERE.match(clause)
+    here = R.here.match(clause)
     if here:
         who = "We're" if here["who"].lower() in ("shop", "team", "house", "company", "startup") else "I'm"
         article = "an" if here["what"][:1].lower() in "aeiou" else "a"
         return f"{who} {article} {here['what']} {here['who']}"
-    if _SOMEONE_WE.match(clause):
+    if R.someone_we.match(clause):
         return None  # "Everyone we love was there": about other people
-    if _RELATIVE.match(clause):
+    if R.relative.match(clause):
         return clause  # "The project I'm on uses Kafka" -> "The project the user is on uses Kafka"
-    named = _NAMED_AS_MINE.match(_HEDGES.sub("", clause))
-    if named and not re.search(r"\b(i|we|i'm|we're)\b", f"{named['what']} {named['mine']}", re.I):
-        return f"{named['mine']} {named['be']} {named['what']}"
-    lead = _SUBJECT.search(clause)
-    if lead is not None and lead[0].lower() in ("my", "our") and _BEFORE_OBJECT.search(clause[: lead.start()]):
+    lead = R.subject.search(clause)
+    if lead is not None and lead[0].lower() in ("my", "our") and R.before_object.search(clause[: lead.start()]):
         # "In my free time I paint", "Here are our rules": that "my" is in an object, not the subject.
         # With no subject after it, the clause may still be the speaker's ("Still training for my marathon").
-        lead = _SUBJECT.search(clause, lead.end())
+        lead = R.subject.search(clause, lead.end())
     if lead is None or len(clause[: lead.start()].split()) > 4:
-        implicit = "I'm" if _IMPLICIT_BE.match(clause) else "I" if _IMPLICIT_VERB.match(clause) else None
+        implicit = "I'm" if R.implicit_be.match(clause) else "I" if R.implicit_verb.match(clause) else None
         if implicit is None or lead is not None:
             return None
-        return _HEDGES.sub("", f"{implicit} {clause[:1].lower()}{clause[1:]}").strip()
-    stated = _HEDGES.sub("", clause[lead.start() :]).strip()
-    if lead[0].lower() in ("my", "our") and len(stated.split()) <= 2:
+        return f"{implicit} {clause[:1].lower()}{clause[1:]}".strip()
+    stated = clause[lead.start() :].strip()
+    if R.bare_possessive.applies(lead[0].lower() in ("my", "our") and len(stated.split()) <= 2):
         return None  # a bare "my wife" (from "My wife and I live in Berlin") states nothing
     return stated
 
@@ -218,10 +98,10 @@ def candidates(text):
     """First-person statements in a user's text that might be durable facts (the learned model decides)."""
     out = []
     for sentence in sentences(text):
-        if QUESTION.search(sentence) or REPORTED.search(sentence):
+        if R.question.search(sentence) or reported(sentence):
             continue
         for clause in clauses(sentence):
-            if QUESTION.search(clause) or clause[0] in "\"“'‘":
+            if R.question.search(clause) or clause[0] in "\"“'‘":
                 continue
             stated = from_subject(clause)
             if stated and len(stated.split()) >= 2:
@@ -298,37 +178,22 @@ def _third_person_verb(word):
     return word + "s"
 
 
-_HOUSEHOLD = re.compile(
-    r"^we(?:'re| are)? (?:(?:still|just|recently|now|also|both|all) )*(?:live|lived|got married|are married|"
-    r"'re married|are expecting|'re expecting|have (?:a|one|two|three|four|five|\d+) (?:kids?|children|sons?|"
-    r"daughters?|bab(?:y|ies)|grandchildren))\b"
-    r"|^our (?:kids?|children|sons?|daughters?|bab(?:y|ies)|family|home|house|flat|apartment|neighbou?rs?)\b",
-    re.IGNORECASE,
-)
-
-
-# What makes "we" a team: work, tools and the things teams run.
-AT_WORK = re.compile(
-    r"\b(?:use|uses|using|deploy\w*|ship|ships|shipping|release\w*|stack|code|coding|codebase|repos?|repository|"
-    r"sprints?|standups?|on-prem|cloud|servers?|databases?|api|apis|production|staging|customers?|clients?|"
-    r"products?|offices?|company|startup|team|colleagues?|co-?workers?|projects?|deadlines?|migrat\w*|switched|"
-    r"software|framework|libraries|library|hiring|roadmap|shop|job|business|store|firm|at work|services?|builds?|"
-    r"containers?|pull requests?|branch(?:es)?|incidents?|rollouts?|pipelines?|"
-    r"work(?:s|ed|ing)? (?:at|for) \w+"  # "we work at Acme", not "we've been working on our confidence"
-    r")\b",
-    re.IGNORECASE,
-)
-_TOGETHER = re.compile(r"\b(?:together|each other|one another|both|all of us|we all|us all)\b", re.IGNORECASE)
-
-
 def third_person(sentence):
     """'I have two dogs.' -> 'The user has two dogs.'; 'we use Django' -> "The user's team uses Django.".
 
     None when the sentence does not speak about the user in the first person, or the result is
     not a storable fact.
     """
+    result = rewrite(sentence)
+    if result is None or validation.refusal(result, "profile"):  # what could be pending is the write path's
+        return None
+    return result
+
+
+def rewrite(sentence):
+    """`third_person` without its validation, for a caller that validates the fact once itself (the offline backend)."""
     text = validation.normalise(sentence).replace("’", "'")
-    text = _FILLER.sub("", text)
+    text = R.filler.sub("", text)
     if not text:
         return None
     writer = _Rewriter(text)
@@ -337,10 +202,7 @@ def third_person(sentence):
     result = re.sub(r"\s+", " ", "".join(writer.out)).strip().rstrip(".!?,;: ")
     if "the user" not in result:
         return None  # not about the user
-    result = result[0].upper() + result[1:] + "."
-    if validation.refusal(result, "profile"):  # what could be pending is the write path's to judge
-        return None
-    return result
+    return result[0].upper() + result[1:] + "."
 
 
 def _we_reading(text):
@@ -349,16 +211,16 @@ def _we_reading(text):
     # ("we use Django"), and elsewhere the user, with others where the sentence says so ("we went
     # camping" is no team outing: the user went camping; "we back each other up").
     # "Our kids love Lego." -> "The user's kids love Lego."; "our cat" -> "the user's cat".
-    household = _HOUSEHOLD.match(text)
+    household = R.household.match(text)
     if household:
         return (
             "the user's family",
             "the user's" if household[0].lower().startswith("our") else "the user's family's",
             False,
         )
-    if AT_WORK.search(text):
+    if R.at_work.search(text):
         return "the user's team", "the user's team's", False
-    if _TOGETHER.search(text):
+    if R.together.search(text):
         return "the user and others", "the user's", True
     return "the user", "the user's", False
 

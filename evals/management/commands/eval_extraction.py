@@ -4,7 +4,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import common as benchmarks
-from evals import extraction, training
+from evals import ablation, extraction, training
+from memoryapp.backends import rules
 
 
 class Command(BaseCommand):
@@ -28,6 +29,25 @@ class Command(BaseCommand):
             default="none",
             help="list the utterances where the extractor and the gold disagree (choose on dev)",
         )
+        parser.add_argument(
+            "--ablate",
+            action="store_true",
+            help="for every hand rule (memoryapp/backends/rules.py), what removing it does on the dev split",
+        )
+        parser.add_argument("--rules", help="with --ablate: only these rule ids (comma-separated)")
+        parser.add_argument("--pairs", type=int, help="with --ablate: only the first N relabelled valid pairs")
+        parser.add_argument(
+            "--scenarios",
+            nargs="?",
+            const=str(ablation.SCENARIOS),
+            help="with --ablate: also the scenarios (default folder evals/scenarios) under the offline backend",
+        )
+        parser.add_argument(
+            "--prune",
+            action="store_true",
+            help="with --ablate: choose greedily the rules that can go together without a dev measure falling",
+        )
+        parser.add_argument("--keep", default="", help="with --prune: rule ids that stay (comma-separated)")
 
     def handle(self, *args, **o):
         started = time.monotonic()
@@ -37,6 +57,8 @@ class Command(BaseCommand):
         folder = Path(o["datasets"]) / training.CONVAI
         if not folder.is_dir():
             raise CommandError(f"the ConvAI2 dialogues are not under {folder} (pass --datasets)")
+        if o["ablate"]:
+            return self._ablate(o, gold_path, started)
         rows = extraction.read_gold(gold_path)
         self.stderr.write(f"{len(rows)} labelled utterances; reading the dialogues under {o['datasets']}…")
         utterances = extraction.dataset_utterances(o["datasets"])
@@ -81,3 +103,56 @@ class Command(BaseCommand):
                 + (f"; {f['unjudged']} written facts not judged yet" if f["unjudged"] else "")
                 + "\n"
             )
+
+    def _ablate(self, o, gold_path, started):
+        ids = [i.strip() for i in o["rules"].split(",") if i.strip()] if o["rules"] else list(rules.TABLE)
+        unknown = sorted(set(ids) - set(rules.TABLE))
+        if unknown:
+            raise CommandError(f"no rule {', '.join(unknown)} (the ids are in memoryapp/backends/rules.py)")
+        if o["scenarios"]:
+            benchmarks.migrate_first(self.stderr)
+        dev = ablation.load_dev(
+            o["datasets"],
+            gold=gold_path,
+            scenarios=[o["scenarios"]] if o["scenarios"] else (),
+            limit_pairs=o["pairs"],
+        )
+        self.stderr.write(
+            f"dev: {len(dev.gold)} gold utterances, {len(dev.pairs)} relabelled pairs, {len(dev.scenarios)} scenarios"
+        )
+        with ablation.remembered_embeddings():
+            self._ablation_run(o, dev, ids, started)
+
+    def _ablation_run(self, o, dev, ids, started):
+        baseline, single, fired = ablation.ablate(dev, ids, lambda i, r: self.stderr.write(f"  {i}: {r}"))
+        w = self.stdout.write
+        w(f"\ndev baseline: {baseline}\n")
+        rows = []
+        for rule_id, r in single.items():
+            moved = [f"{m} {r[m] - baseline[m]:+.3g}" for m in ablation.MEASURES if r[m] != baseline[m]]
+            if not any(rule_id in seen for seen in fired.values()):
+                moved = ["never fires on dev"]
+            rows.append([rule_id, *(r[m] for m in ablation.MEASURES), "; ".join(moved) or "no change"])
+        w(benchmarks.table(["rule", *ablation.MEASURES, "removing it"], rows) + "\n")
+        payload = {
+            "benchmark": "eval_extraction --ablate",
+            "dev": {"utterances": len(dev.gold), "pairs": len(dev.pairs), "scenarios": len(dev.scenarios)},
+            "baseline": baseline,
+            "rules": {
+                i: {
+                    "description": rules.TABLE[i].description,
+                    "without": single[i],
+                    "fires": sorted(name for name, seen in fired.items() if i in seen),
+                }
+                for i in single
+            },
+        }
+        if o["prune"]:
+            keep = {i.strip() for i in o["keep"].split(",") if i.strip()}
+            off, result = ablation.prune(
+                dev, baseline, single, fired, keep, lambda i, r, kept: self.stderr.write(f"  prune {i}: {r} off={kept}")
+            )
+            w(f"\nremovable together ({len(off)}): {', '.join(off)}\nwith them all off: {result}\n")
+            payload["prune"] = {"off": off, "kept_for_tests": sorted(keep), "with_all_off": result}
+        payload["seconds"] = round(time.monotonic() - started, 1)
+        benchmarks.write_json(o["json_path"], payload)
