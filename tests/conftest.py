@@ -18,6 +18,15 @@ from memoryapp import backends, db, sessions
 from memoryapp.models import Membership, Organization, all_scopes
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run first (a stable sort: the same order on every pytest-xdist worker).
+
+    The workers are handed tests in collection order; a 40-second test that starts last keeps one
+    worker busy while the others have finished. Started first, the short ones fill in around it.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def rate_window(monkeypatch):
     """Pin the rate limiter's clock 5 s into a one-minute window, so a test cannot straddle a boundary."""
