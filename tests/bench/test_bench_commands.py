@@ -212,7 +212,8 @@ def test_bench_write_smoke_through_a_real_worker(tmp_path):
 def test_bench_pages_measures_in_process_with_productions_hashed_static_files(tmp_path):
     # With DEBUG off a page names its stylesheet from collectstatic's manifest; on a clone where
     # `make run` never ran there is none, and `bench_pages --cpu` crashed on its first page.
-    hashed = {**settings.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+    manifest = "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    hashed = {**settings.STORAGES, "staticfiles": {"BACKEND": manifest}}
     with override_settings(STORAGES=hashed, STATIC_ROOT=tmp_path):
         with pytest.raises(ValueError, match="manifest"):
             Client().get("/login/")
