@@ -108,12 +108,9 @@ class Standby:
             conn.execute("SELECT pg_wal_replay_resume()")
 
     def catch_up(self, timeout=SECONDS):
-        """Wait until the standby has applied everything the primary has written so far.
-
-        The insert position, not the write position: a commit made with synchronous_commit off (the
-        test database's setting) is in the WAL buffers before it is written, and counts too."""
+        """Wait until the standby has applied everything the primary has written so far."""
         with psycopg.connect(**self.primary, dbname="postgres", autocommit=True) as primary:
-            target = primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+            target = primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         with self.connect() as conn:
             deadline = time.monotonic() + timeout
             while not conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [target]).fetchone()[0]:

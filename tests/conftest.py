@@ -57,14 +57,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
-    """pytest-django's test database, whose connections from other processes (the servers and workers
-    the tests start) also commit without waiting for the disk, as this process's do (tests/settings.py)."""
-    with django_db_blocker.unblock(), connection.cursor() as cur:
-        cur.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET synchronous_commit = off')
-
-
 @pytest.fixture
 def rate_window(monkeypatch):
     """Pin the rate limiter's clock 5 s into a one-minute window, so a test cannot straddle a boundary."""

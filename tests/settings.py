@@ -50,10 +50,3 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # of CPU apiece, and the authorization matrix makes a fresh Client for each of its ~2,000 requests.
 # Autorefresh finds a file when it is asked for instead; what is served, and its headers, are the same.
 WHITENOISE_AUTOREFRESH = True
-
-# A test database never has to survive a crash of the machine: a commit need not wait for its WAL to
-# reach the disk (2.5 ms per commit here, 13.8 ms per TRUNCATE against 2.9 off; the transactional tests
-# commit often and flush every table after each test). Commits are as visible to other connections as
-# before. The test database gets the same default for the servers and workers the tests start
-# (conftest's django_db_setup); the production settings are unchanged.
-DATABASES["default"]["OPTIONS"]["options"] += " -c synchronous_commit=off"  # noqa: F405
