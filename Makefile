@@ -41,8 +41,10 @@ run: install
 
 # One worker per core (at most 4), tests handed out one by one. Not --dist loadfile: it keys tests by
 # node id, and schemathesis gives every API operation the same one, so 14 of its 15 tests never ran.
+# --maxschedchunk 1: a worker is given the next test when it has fewer than two waiting (xdist's default
+# hands each worker a quarter of its share up front, so the `slow` tests, which run first, all landed on one).
 test: install-dev browser
-	$(BIN)/pytest -q -n logical --maxprocesses=4 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n logical --maxprocesses=4 --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

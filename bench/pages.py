@@ -359,7 +359,7 @@ def cpu_per_request(target, requests=200):
     response = client.get(path)
     if response.status_code != 200 or expect not in response.content.decode():
         raise RuntimeError(f"{path} did not answer 200 with its content in process (status {response.status_code})")
-    for _ in range(20):  # warm: templates, connections, caches
+    for _ in range(min(20, requests)):  # warm: templates, connections, caches
         client.get(path)
     start = time.process_time()
     for _ in range(requests):

@@ -18,6 +18,45 @@ from memoryapp import backends, db, sessions
 from memoryapp.models import Membership, Organization, all_scopes
 
 
+def _remembered_embeddings():
+    """The local models' vectors, remembered per call in this test process.
+
+    The suite embeds the same few hundred sentences over and over (each scenario, calibration pair and
+    seeded memory, in many tests); the model is deterministic, so the same texts in the same call give
+    the same vectors. Keyed by the whole call (its texts in order), never by one text out of a batch:
+    a batch pads to its longest text, so a text's vector may differ in the last digits from its own.
+    The first call with given texts still runs the model, and test_foundation checks its vectors
+    against reference ones; the servers and commands the tests start are not affected.
+    """
+    from memoryapp import embeddings
+
+    for cls in (embeddings.MiniLM, embeddings.QuantizedMiniLM):
+        real = cls.__dict__.get("embed")
+        if real is None:
+            continue
+
+        def embed(self, texts, _real=real, _seen={}):  # noqa: B006 - the per-class memory
+            texts = tuple(texts)
+            key = (type(self).__name__, texts)
+            if key not in _seen:
+                _seen[key] = _real(self, texts)
+            return _seen[key].copy()
+
+        cls.embed = embed
+
+
+_remembered_embeddings()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run first (a stable sort: the same order on every pytest-xdist worker).
+
+    The workers are handed tests in collection order; a 40-second test that starts last keeps one
+    worker busy while the others have finished. Started first, the short ones fill in around it.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def rate_window(monkeypatch):
     """Pin the rate limiter's clock 5 s into a one-minute window, so a test cannot straddle a boundary."""

@@ -44,3 +44,9 @@ from memoryapp.settings import *  # noqa: E402, F403
 
 # Tests create hundreds of users: the production hasher's deliberate slowness buys nothing here.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# WhiteNoise (through the finders, with no collectstatic) lists and stats every static file, ~180 with
+# the admin's and ninja's, each time a middleware chain is built: each new test Client built one, 10 ms
+# of CPU apiece, and the authorization matrix makes a fresh Client for each of its ~2,000 requests.
+# Autorefresh finds a file when it is asked for instead; what is served, and its headers, are the same.
+WHITENOISE_AUTOREFRESH = True

@@ -600,6 +600,7 @@ def _request(world, actor, method, url, body=None):
 # --- the test ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_route_answers_every_caller_as_declared_and_never_leaks_b(world):
     routes = django_routes()
     ops = ninja_operations()

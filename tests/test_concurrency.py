@@ -91,6 +91,7 @@ def test_a_fact_is_never_superseded_twice(org):
     assert list(MemoryFact.objects.live().values_list("text", flat=True)) == [PLANETSCALE]
 
 
+@pytest.mark.slow
 @pytest.mark.queue
 @pytest.mark.django_db(transaction=True)
 def test_two_real_workers_ending_two_sessions_of_one_user(api, celery_workers):

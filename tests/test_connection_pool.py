@@ -74,6 +74,7 @@ def _server_connections():
         return cursor.fetchone()[0]
 
 
+@pytest.mark.slow
 def test_a_flood_of_made_up_keys_holds_at_most_the_pools_connections_and_valid_agents_keep_working(server):
     org = Organization.objects.create(slug="acme", name="Acme")
     _, key = sessions.create_api_key(org, "agent")

@@ -153,6 +153,7 @@ def _readme_commands(heading):
     return commands
 
 
+@pytest.mark.slow
 def test_the_readme_agent_commands_work_as_written(live_server, tmp_path):
     """Copied from the README into a shell with no virtualenv active, as after `make run` on a fresh clone."""
     venv_bin = os.path.dirname(sys.executable)

@@ -3,7 +3,6 @@
 import functools
 import time
 
-import anthropic
 from django.conf import settings
 
 from memoryapp.backends.base import (
@@ -19,6 +18,8 @@ from memoryapp.backends.base import (
 
 @functools.lru_cache(maxsize=4)
 def _client(api_key, timeout, max_retries, http_client):
+    import anthropic  # here, not at the top: the SDK's import costs seconds in every process, most never call it
+
     return anthropic.Anthropic(
         api_key=api_key or "missing-key",
         timeout=timeout,
@@ -45,6 +46,8 @@ def client():
 
 def complete(system, user_content, max_tokens=1024):
     """One call with a cached system prompt; returns the text answer and token usage."""
+    import anthropic  # here, not at the top: see _client
+
     started = time.monotonic()
     try:
         message = client().messages.create(

@@ -11,7 +11,6 @@ import re
 import threading
 import time
 
-import openai
 from django.conf import settings
 
 from memoryapp.backends.base import (
@@ -65,6 +64,8 @@ _fallbacks_lock = threading.Lock()  # only guards the dict; never held across a 
 
 @functools.lru_cache(maxsize=4)
 def _client(base_url, api_key, timeout, max_retries, http_client):
+    import openai  # here, not at the top: the SDK's import costs a second in every process, most never call it
+
     return openai.OpenAI(
         base_url=base_url,
         # Local servers ignore the key but the SDK insists on one.
@@ -100,6 +101,8 @@ def _response_format(mode, name, schema):
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
     if mode == "json_object":
         return {"type": "json_object"}
+    import openai  # here, not at the top: see _client
+
     return openai.omit
 
 
@@ -117,6 +120,8 @@ def unfence(text):
 
 def complete(system, user_content, name, schema, max_tokens=1024):
     """One chat completion in the strongest JSON mode the server accepts; text answer and usage."""
+    import openai  # here, not at the top: see _client
+
     key = (settings.OPENAI_BASE_URL, settings.OPENAI_MODEL)
     with _fallbacks_lock:
         start = _fallbacks.get(key, 0)

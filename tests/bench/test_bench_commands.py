@@ -187,6 +187,7 @@ def test_observations_name_the_user_not_the_speaker():
     assert lb.as_user_fact("Caroline's mom lives with Caroline.", "Caroline") == "The user's mom lives with the user."
 
 
+@pytest.mark.slow
 @pytest.mark.queue
 @pytest.mark.django_db(transaction=True)
 def test_bench_write_smoke_through_a_real_worker(tmp_path):
@@ -224,6 +225,7 @@ def test_bench_pages_measures_in_process_with_productions_hashed_static_files(tm
     assert re.search(r'href="/static/app\.[0-9a-f]{12}\.css"', page)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_bench_pages_smoke_under_the_shipped_server(tmp_path):
     path = tmp_path / "pages.json"

@@ -49,6 +49,7 @@ def _check(result, out):
     assert not [d for (d,) in left if d.endswith(("_smoke_perf", "_smoke_perf_mem0")) or "smoke" in d]
 
 
+@pytest.mark.slow
 def test_smoke_without_mem0_says_why_and_runs_the_sql_shape_peer_labelled_as_not_mem0(tmp_path, monkeypatch):
     """No mem0 virtualenv and --no-install: the smoke run prints why the real mem0 was skipped and compares
     against the mem0-shaped SQL peer, labelled so that nobody reads it as mem0. (The real mem0 runs in
@@ -62,6 +63,7 @@ def test_smoke_without_mem0_says_why_and_runs_the_sql_shape_peer_labelled_as_not
     _check(result, out)
 
 
+@pytest.mark.slow
 def test_locomo_evidence_recall_for_both_systems_on_a_tiny_generated_conversation(tmp_path):
     """--locomo ranks the same observation facts through recall.select and the peer's search, and scores
     both from where each fact came from: the tiny conversation's questions are easy, so both find them."""

@@ -17,6 +17,7 @@ from memoryapp.models import AgentSession, MemoryFact
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_the_numbers_and_touches_nothing_of_the_app(tmp_path, make_user):
     bystander = make_user("bystander")
     app_db = connection.settings_dict["NAME"]

@@ -35,6 +35,7 @@ def test_calibrate_embeddings_smoke_prints_distributions_and_floors(tmp_path):
     assert data["machine"]["cpus"] >= 1
 
 
+@pytest.mark.slow
 def test_shipped_floors_are_the_calibrated_ones():
     dev_pairs = ve.read_pairs(split="valid")
     report = calibration.calibrate(calibration.load_set(), dev_pairs)

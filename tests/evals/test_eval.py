@@ -259,6 +259,7 @@ def test_scenarios_run_against_a_local_openai_compatible_model(tmp_path, setting
 OFFLINE_SCENARIO_FLOOR = 30
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_keyless_backend_passes_the_repo_scenarios_it_passed_when_measured():
     out, _ = run_command(SCENARIOS, "--backend", "offline")

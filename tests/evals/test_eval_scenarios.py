@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 SCENARIOS = Path(__file__).resolve().parents[2] / "evals" / "scenarios"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_all_repo_scenarios_pass_under_scripted(tmp_path):
     out = io.StringIO()

@@ -132,6 +132,7 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
     return person, link
 
 
+@pytest.mark.slow
 def test_account_flow_with_javascript(page, api, org, scripted, travel):
     person, used_link = run_flow(page, api, org, scripted, travel, js=True, prefix="account")
 
@@ -171,6 +172,7 @@ def test_account_flow_with_javascript(page, api, org, scripted, travel):
     screenshot(page, "account-empty")
 
 
+@pytest.mark.slow
 def test_account_flow_without_javascript(page_nojs, api, org, scripted, travel):
     run_flow(page_nojs, api, org, scripted, travel, js=False, prefix="account-nojs")
     page_nojs.goto("/me/conversations/")

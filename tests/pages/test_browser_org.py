@@ -31,6 +31,7 @@ def team(scripted, org, make_user):
     return alice, bob
 
 
+@pytest.mark.slow
 def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, team):
     login(page, "alice")
     page.goto(f"/orgs/{org.slug}/members/")

@@ -149,6 +149,7 @@ def measure(org, make_user):
     return pages
 
 
+@pytest.mark.slow
 def test_queries_per_page_do_not_depend_on_fact_count(measure):
     few, many = measure(10), measure(1000)
     assert few == many, f"queries per page with 10 facts {few} vs 1000 facts {many}"

@@ -3,11 +3,14 @@
 Each page is checked the way a person would notice a layout bug: nothing is wider than a phone's
 screen at 375 px, and the header's controls are big enough to tap. The pictures go to
 tests/screenshots/ as taken; with UPDATE_SCREENSHOTS=1 they go to docs/screenshots/ (committed, small:
-cut to MAX_HEIGHT and quantised to 256 colours)."""
+cut to MAX_HEIGHT and quantised to 256 colours). The same walk runs axe-core on every page at both
+widths: no violations (one walk for both, where there were two: each seeds the demo and signs in)."""
 
 import io
 import os
+from pathlib import Path
 
+import axe_playwright_python  # requirements-dev.txt: only its bundled axe.min.js is used
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -22,6 +25,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 
 WIDTHS = ((1440, 900), (375, 812))
 MAX_HEIGHT = 2600  # px of a full-page picture kept; enough to show every page's shape
+AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")
 
 
 def out_dir():
@@ -30,8 +34,17 @@ def out_dir():
     return SCREENSHOTS
 
 
-def shoot(page, name, problems):
-    """Both widths; record pages that overflow a phone's width or have tiny header controls."""
+def violations(page):
+    """axe-core's violations on the page as it is shown: 'rule: target …' lines."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE)  # evaluated, not a <script>: the pages' CSP allows only their own scripts
+    found = page.evaluate("async () => (await axe.run(document)).violations")
+    return [f"{v['id']}: {', '.join(str(n['target']) for n in v['nodes'][:3])}" for v in found]
+
+
+def shoot(page, name, problems, axe_problems=None):
+    """Both widths; record pages that overflow a phone's width or have tiny header controls, and with
+    `axe_problems` (a list) axe-core's violations at each width."""
     folder = out_dir()
     os.makedirs(folder, exist_ok=True)
     for width, height in WIDTHS:
@@ -55,6 +68,8 @@ def shoot(page, name, problems):
             if image.height > MAX_HEIGHT:
                 image = image.crop((0, 0, image.width, MAX_HEIGHT))
             image.convert("RGB").quantize(colors=256).save(path, optimize=True)
+        if axe_problems is not None:
+            axe_problems.extend(f"{name} at {width}px: {line}" for line in violations(page))
 
 
 def sign_in(browser, live_server, username, password):
@@ -152,9 +167,9 @@ def walk(browser, live_server, visit):
     context.close()
 
 
-def test_every_page_for_every_audience(browser, live_server):
-    problems = []
-    pages = walk(browser, live_server, lambda page, name: shoot(page, name, problems))
+def test_every_page_for_every_audience_with_no_axe_violation(browser, live_server):
+    problems, axe_problems = [], []
+    pages = walk(browser, live_server, lambda page, name: shoot(page, name, problems, axe_problems))
     page = next(pages)
     # The phone menu, open.
     page.set_viewport_size({"width": 375, "height": 812})
@@ -165,6 +180,7 @@ def test_every_page_for_every_audience(browser, live_server):
     for _ in pages:
         pass
     assert not problems, "\n".join(problems)
+    assert not axe_problems, "\n".join(axe_problems)
 
 
 def test_who_is_who_and_linking_pages(browser, live_server):
