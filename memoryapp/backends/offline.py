@@ -3,18 +3,18 @@
 The work is done by small models trained on public data (memoryapp/backends/learned.py, retrained
 by `manage.py train_offline`): which first-person clauses are durable facts, their kind, and the
 verdict for a new fact against a stored one. A handful of general rules stay around it: questions,
-quoted lines, pasted code and passing moods are never candidates, and sentences addressed to the
-assistant ("never suggest X", "answer in German from now on") are phrased as wishes about the assistant.
+quotes, pasted code and passing moods are never candidates, and sentences addressed to the
+assistant ("never suggest X", "always answer in Y") are phrased as wishes about the assistant.
 Labelled `offline` with the weights' version in provenance.
 """
 
 import json
 import re
 
-from memoryapp import validation
+from memoryapp import embeddings, validation
 from memoryapp.backends import learned, phrasing
 from memoryapp.backends.base import Answer, Usage
-from memoryapp.backends.rules import R
+from memoryapp.backends.rules import TABLE, R
 
 third_person = phrasing.third_person  # the one rewriter; kept here for existing callers
 
@@ -89,6 +89,9 @@ def _addressed(clause):
     if style:
         wish = f"{style['verb'].lower()} {style['what'].lower()}{style['rest']}"
         return _finish(f"The user wants the assistant to {wish}"), "preference"
+    always = R.wish_always.match(clause)
+    if always:
+        return _finish(f"The user wants the assistant to {always[1].lower()} {always[2]}{always[3]}"), "preference"
     stop = R.stop_doing.match(clause)
     if stop:
         verb = _BASE_FORM[stop["verb"].lower()]
@@ -216,12 +219,13 @@ def _learned_facts(pending):
 def _rescued_kind(stated, kind):
     """The kind of a statement the model passed over that a fallback rule keeps, or None.
 
-    A first-person constraint ("we can't use GPL code") or a named tool ("I code in VS Code") is kept
-    even when the model, trained on chit-chat, is unsure: these are what an assistant most needs to
-    remember.
+    A first-person constraint ("we can't use GPL code"), an explicit preference ("I prefer tabs") or
+    a stated goal ("I'm trying to learn Rust") is kept even when the model, trained on chit-chat, is
+    unsure: these are what an assistant most needs to remember.
     """
-    if R.fallback_constraint.search(stated):
-        return "constraint"
+    for kind in ("constraint", "preference", "goal"):
+        if TABLE[f"fallback_{kind}"].search(stated):
+            return kind
     if R.tool.match(stated.replace("I'm on", "I am on").replace("We're on", "We are on")):
         return "profile"
     return None
@@ -308,10 +312,27 @@ def verdicts(new, olds):
     relation = [names_of[j] for j in relation_p.argmax(axis=1)]
     # How likely the relation head finds that both facts state the same one-value relation.
     same_one_value = (relation_p[:-1] * relation_p[-1] * [r in single for r in names_of]).sum(axis=1)
-    similarity = vectors[:-1] @ vectors[-1]
+    similarity, floor, change = (
+        vectors[:-1] @ vectors[-1],
+        embeddings.floor("neighbour"),
+        phrasing.announces_change(new),
+    )
     for i, old in enumerate(olds):
+        # A contradiction needs common ground: a word in common, or a one-value relation on either
+        # side. "Is a backend engineer" / "has two cats" (a pet: many at a time) never contradict.
+        # A pair under the neighbour floor is judged only because the new fact announces a change;
+        # then a one-value relation is not enough either: "lives in Porto now" leaves "works as a nurse".
+        judged_for_change = similarity[i] < floor and change
+        one_value = (relation[-1] in single or relation[i] in single) and not judged_for_change
+        if R.common_ground.applies(
+            out[i] == "CONTRADICTS"
+            and not one_value
+            and relation[i] != relation[-1]
+            and not (_content(old) & _content(new))
+        ):
+            out[i] = "INDEPENDENT"
         # A contradiction supersedes the stored fact, so the model's needs the relation head's
-        # support: on real conversations nearly every pair it called CONTRADICTS ("is swamped
+        # support too: on real conversations nearly every pair it called CONTRADICTS ("is swamped
         # with the kids" / "is off swimming with the kids") states two things that can both hold.
         # Two facts that differ only in a name or number ("has two kids" / "has three kids") keep it.
         if R.relation_support.applies(
@@ -403,6 +424,8 @@ def _turned_on_the_same_thing(old, new):
 
 def _rule(old, new):
     """General rules the training pairs hardly teach: a negated restatement, a turned feeling, an announced change."""
+    if R.same_text.applies(old.casefold().strip(" .") == new.casefold().strip(" .")):
+        return "DUPLICATE"
     a, b = _content(old), _content(new)
     if not a or not b:
         return None

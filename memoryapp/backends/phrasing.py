@@ -16,14 +16,14 @@ def announces_change(fact):
     return bool(R.announces_change.search(fact))
 
 
+def reported(sentence):
+    """True when the sentence quotes or pastes someone else's words: never a fact about the user."""
+    return any(rule.search(sentence) for rule in (R.reported_quote, R.reported_colon, R.pasted, R.document_says))
+
+
 def transient(clause):
     """True for a mood or the moment ("I'm tired today"): true today, not worth remembering."""
     return bool(R.transient.search(clause))
-
-
-def reported(sentence):
-    """True when the sentence tells what a page, email or document says: never a fact about the user."""
-    return bool(R.document_says.search(sentence))
 
 
 def sentences(text):
@@ -78,6 +78,9 @@ def from_subject(clause):
         return None  # "Everyone we love was there": about other people
     if R.relative.match(clause):
         return clause  # "The project I'm on uses Kafka" -> "The project the user is on uses Kafka"
+    named = R.named_as_mine.match(R.hedges.sub("", clause))
+    if named and not re.search(r"\b(i|we|i'm|we're)\b", f"{named['what']} {named['mine']}", re.I):
+        return f"{named['mine']} {named['be']} {named['what']}"
     lead = R.subject.search(clause)
     if lead is not None and lead[0].lower() in ("my", "our") and R.before_object.search(clause[: lead.start()]):
         # "In my free time I paint", "Here are our rules": that "my" is in an object, not the subject.
@@ -87,8 +90,8 @@ def from_subject(clause):
         implicit = "I'm" if R.implicit_be.match(clause) else "I" if R.implicit_verb.match(clause) else None
         if implicit is None or lead is not None:
             return None
-        return f"{implicit} {clause[:1].lower()}{clause[1:]}".strip()
-    stated = clause[lead.start() :].strip()
+        return R.hedges.sub("", f"{implicit} {clause[:1].lower()}{clause[1:]}").strip()
+    stated = R.hedges.sub("", clause[lead.start() :]).strip()
     if R.bare_possessive.applies(lead[0].lower() in ("my", "our") and len(stated.split()) <= 2):
         return None  # a bare "my wife" (from "My wife and I live in Berlin") states nothing
     return stated

@@ -2,10 +2,9 @@
 
 `memoryapp/backends/phrasing.py` and `memoryapp/backends/offline.py` look each rule up by its id
 (`R.question.search(sentence)`). A rule is a pattern, or a named condition (`R.bare_possessive.applies(...)`)
-for a rule that is code, not a pattern. Each stays for a measured effect on the dev split
-(`manage.py eval_extraction --ablate`, docs/benchmarks.md) or because a test pins what it does; the
-rules with neither were removed. `without(ids)` switches rules off for that measurement, and `watch()`
-records which rules fired. Neither is used in production.
+for a rule that is code, not a pattern. Every rule earned its place by a measured effect on the dev
+split (`manage.py eval_extraction --ablate`, docs/benchmarks.md); `without(ids)` switches rules off
+for that measurement, and `watch()` records which rules fired. Neither is used in production.
 """
 
 import contextlib
@@ -134,6 +133,20 @@ TABLE = {
             _I,
         ),
         Rule(
+            "reported_quote",
+            "someone else's quoted words ('he said \"…')",
+            r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me|showed|shows|sent|posted)\b"
+            r"(\s+(me|us|this|that))?\s*[:,]?\s*[\"“'‘]",
+            _I,
+        ),
+        Rule(
+            "reported_colon",
+            "someone else's words after 'said:'",
+            r"\b(said|says|wrote|writes|reads|states|stated|replied|showed|shows|sent|posted)(\s+(me|us|this|that))?\s*:",
+            _I,
+        ),
+        Rule("pasted", "pasted, copied, quoted or forwarded text", r"\b(pasted|copied|quoting|forwarded)\b", _I),
+        Rule(
             "document_says",
             "what a page, email or document says",
             r"\b(the|this|that|a) (page|email|e-mail|document|doc|ticket|message|website|site|article|pdf|file) "
@@ -174,6 +187,12 @@ TABLE = {
             r"\s+[—–]\s+|\s+-{1,2}\s+|;\s*|:\s+|,\s*(?:so|but|because|since|as)\s+|\s+(?:because|since(?!\s+"
             + _A_TIME
             + r")|but)\s+|,?\s*and\s+(?=(?:i|we|my|our|i'm|we're)\b)",
+            _I,
+        ),
+        Rule(
+            "hedges",
+            "drops hedging adverbs ('I personally prefer')",
+            r"\b(personally|honestly|actually|basically|definitely|genuinely|frankly)\b,?\s*",
             _I,
         ),
         Rule(
@@ -227,6 +246,14 @@ TABLE = {
             _I,
         ),
         Rule(
+            "named_as_mine",
+            "'Summer is my favorite season' -> 'my favorite season is summer'",
+            r"^(?P<what>(?!(?:it|its|it's|that|this|these|those|they|he|she|which|there|here|what|because|so|and|"
+            r"but|or|if)\b)[\w'-]+(?: [\w'-]+){0,3}) (?P<be>is|are|was|were) (?P<mine>(?:my|our) [\w'-]+"
+            r"(?: [\w'-]+){0,6})$",
+            _I,
+        ),
+        Rule(
             "relative",
             "a subject with 'I' in its relative clause ('The project I'm on uses Kafka')",
             r"^(?:the|this|that) [\w-]+(?: [\w-]+)? (?:i|we)(?:'m| am|'re| are)?(?: [\w-]+){0,2} "
@@ -274,6 +301,13 @@ TABLE = {
             r"^(?:please )?(?:never|don't ever|do not ever|don't|do not) "
             r"(suggest|propose|recommend|use|mention|give|add|show|send|include|write|explain|apologi[sz]e|repeat|"
             r"call|contact)\b(.*)$",
+            _I,
+        ),
+        Rule(
+            "wish_always",
+            "'always answer in …' -> wants the assistant to",
+            r"^(?:please )?(always|never) (answer|reply|respond|write|use|give|keep|explain|show|include|format|talk|"
+            r"speak)\b(.*)$",
             _I,
         ),
         Rule(
@@ -382,6 +416,18 @@ TABLE = {
             _I,
         ),
         Rule(
+            "fallback_preference",
+            "keeps an explicit preference the model passed over ('I prefer tabs')",
+            r"^(?:i|we)(?:'m| am| are|'re|'d)? (?:prefer|rather|would rather)\b",
+            _I,
+        ),
+        Rule(
+            "fallback_goal",
+            "keeps a stated goal the model passed over ('I'm trying to learn Rust')",
+            r"^(?:i|we)(?:'m| am| are|'re|'d)? (?:trying to|learning|planning to|plan to|want to learn|aim to)\b",
+            _I,
+        ),
+        Rule(
             "tool",
             "keeps a named tool after a verb of use ('I code in VS Code')",
             r"^(?i:i|we)(?: (?i:mostly|usually|mainly|primarily|always|normally|now|still))? "
@@ -475,10 +521,12 @@ TABLE = {
             r"^the user's ((?:[\w-]+ ){0,3}[\w-]+) is (?!not\b)(.+?)\.?$",
             _I,
         ),
+        Rule("common_ground", "a CONTRADICTS without a shared word or one-value relation is INDEPENDENT"),
         Rule("relation_support", "a CONTRADICTS needs the relation head's support"),
         Rule("duplicate_similarity", "a DUPLICATE needs a close rewording"),
         Rule("duplicate_leaning", "a liking and a dislike are no DUPLICATE"),
         Rule("names_differ", "facts naming different things are no DUPLICATE (one value: CONTRADICTS)"),
+        Rule("same_text", "the same text is a DUPLICATE"),
         Rule(
             "negation",
             "a negated restatement CONTRADICTS ('likes Rust' / 'does not like Rust')",
