@@ -375,6 +375,31 @@ def start_uvicorn(env, *args, stderr=None):
         time.sleep(0.2)
 
 
+def demote_at_once(*memberships):
+    """Demote each membership to member from its own thread, released together: 'ok' or 'refused' each."""
+    from memoryapp import orgs
+
+    barrier = threading.Barrier(len(memberships))
+    outcomes = []
+
+    def demote(membership):
+        try:
+            barrier.wait()
+            orgs.change_role(membership, "member")
+            outcomes.append("ok")
+        except orgs.OrgError:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=demote, args=(m,)) for m in memberships]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(outcomes)
+
+
 def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):
     """Poll `predicate` (wall clock, for real workers) until it returns something truthy."""
     import time

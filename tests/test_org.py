@@ -16,6 +16,7 @@ from memoryapp.models import (
     OrgFactProposal,
     Turn,
 )
+from tests.conftest import demote_at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -566,31 +567,9 @@ def test_delete_org_erases_the_org_and_keeps_members_personal_memory(scripted, o
 
 @pytest.mark.django_db(transaction=True)
 def test_two_admins_demoting_each_other_at_once_leave_one_admin(org, make_user):
-    import threading
-
-    from django.db import connection
-
     a = Membership.objects.get(user=make_user("ann", org, role="admin"))
     b = Membership.objects.get(user=make_user("ben", org, role="admin"))
-    barrier = threading.Barrier(2)
-    outcomes = []
-
-    def demote(membership):
-        try:
-            barrier.wait()
-            orgs.change_role(membership, "member")
-            outcomes.append("ok")
-        except orgs.OrgError:
-            outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=demote, args=(m,)) for m in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["ok", "refused"]
+    assert demote_at_once(a, b) == ["ok", "refused"]
     assert Membership.objects.filter(org=org, role="admin").count() == 1
 
 

@@ -1,7 +1,5 @@
 """Issue 41: who is who (remembered persons are not members) and one person, one memory (linking)."""
 
-import threading
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -11,6 +9,7 @@ from django.test import Client
 
 from memoryapp import erasure, linking, orgs, people, portal, recall, sessions, writing
 from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact
+from tests.conftest import demote_at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -108,25 +107,7 @@ def test_two_admins_demoting_each_other_beside_one_who_cannot_sign_in_leave_one_
     b = Membership.objects.get(user=make_user("ben", org, role="admin"))
     ghost = make_user("gus", org, role="admin")
     get_user_model().objects.filter(pk=ghost.pk).update(is_active=False)
-    barrier = threading.Barrier(2)
-    outcomes = []
-
-    def demote(membership):
-        try:
-            barrier.wait()
-            orgs.change_role(membership, "member")
-            outcomes.append("ok")
-        except orgs.OrgError:
-            outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=demote, args=(m,)) for m in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["ok", "refused"]
+    assert demote_at_once(a, b) == ["ok", "refused"]
     assert Membership.objects.who_can_sign_in().filter(org=org, role="admin").count() == 1
 
 
