@@ -20,7 +20,7 @@ import psycopg
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.db import connections
+from django.db import connection, connections
 from pgvector.psycopg import register_vector
 
 from bench import common, reference
@@ -82,6 +82,7 @@ class Config:
     vector_queries: int
     seed: int
     pool: int | None = None
+    cold: bool = False
 
     @classmethod
     def from_options(cls, o):
@@ -109,6 +110,7 @@ class Config:
             vector_queries=queries,
             seed=o["seed"],
             pool=pool,
+            cold=bool(o.get("cold")),
         )
 
 
@@ -190,7 +192,8 @@ def chat_messages(config):
 def signature(config, data):
     """What a kept bench database holds, so a later run with the same inputs can reuse it."""
     h = hashlib.sha256()
-    for part in (config.users, config.facts, config.seed, config.pool, embeddings.model_name(), len(data.texts)):
+    parts = (config.users, config.facts, config.seed, config.pool, embeddings.model_name(), len(data.texts), "arrival")
+    for part in parts:
         h.update(str(part).encode())
     h.update(data.ids[:1000].tobytes())
     return h.hexdigest()[:24]
@@ -341,35 +344,35 @@ def load(config, data, progress):
         columns = ", ".join(c for c, _ in FACT_COLUMNS)
         with conn.cursor() as cur, cur.copy(f"COPY memoryapp_memoryfact ({columns}) FROM STDIN (FORMAT BINARY)") as cp:
             cp.set_types([t for _, t in FACT_COLUMNS])
-            for u in range(config.users):
-                uid = int(user_ids[u])
-                for i in range(u * config.facts, (u + 1) * config.facts):
-                    s = int(data.sentence[i])
-                    state = data.state[i]
-                    confirmed = _micros(data.confirmed[i])
-                    cp.write_row(
-                        (
-                            uuid.UUID(bytes=data.ids[i].tobytes()),
-                            uid,
-                            "personal",
-                            data.texts[s],
-                            kinds[s],
-                            packed[s],
-                            model,
-                            "extracted",
-                            [],
-                            _micros(data.created[i]),
-                            confirmed,
-                            1,
-                            confirmed if state == 1 else None,
-                            confirmed if state == 2 else None,
-                            "contradicts" if state == 1 else "",
-                            "never_recalled" if state == 2 else "",
-                        )
+            # In the order facts arrive (by creation time, across users), as a live server writes them:
+            # one user's facts end up on as many heap pages as they have facts, among everyone else's.
+            for done, i in enumerate(np.argsort(data.created, kind="stable").tolist(), start=1):
+                s = int(data.sentence[i])
+                state = data.state[i]
+                confirmed = _micros(data.confirmed[i])
+                cp.write_row(
+                    (
+                        uuid.UUID(bytes=data.ids[i].tobytes()),
+                        int(user_ids[i // config.facts]),
+                        "personal",
+                        data.texts[s],
+                        kinds[s],
+                        packed[s],
+                        model,
+                        "extracted",
+                        [],
+                        _micros(data.created[i]),
+                        confirmed,
+                        1,
+                        confirmed if state == 1 else None,
+                        confirmed if state == 2 else None,
+                        "contradicts" if state == 1 else "",
+                        "never_recalled" if state == 2 else "",
                     )
-                    if (i + 1) % step == 0 or i + 1 == n:
-                        elapsed = time.perf_counter() - t0
-                        progress(f"COPY facts: {i + 1:,}/{n:,} ({(i + 1) / max(elapsed, 1e-9):,.0f} rows/s)")
+                )
+                if done % step == 0 or done == n:
+                    elapsed = time.perf_counter() - t0
+                    progress(f"COPY facts: {done:,}/{n:,} ({done / max(elapsed, 1e-9):,.0f} rows/s)")
         timings["copy_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -458,13 +461,69 @@ def _percentiles(ms):
     return {k: round(float(v), 3) for k, v in (("p50", p50), ("p95", p95), ("p99", p99), ("mean", arr.mean()))}
 
 
+BLOCK_SAMPLE = 200  # untimed selects whose buffer reads are counted
+
+
+def _drop_os_cache():
+    """Write back and drop the kernel's page cache, so the bench tables are next read from disk."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as exc:
+        raise BenchError(f"--cold drops the OS page cache, which needs root: {exc}") from exc
+
+
+def _pick_users(config, rng, total):
+    """(users of the whole recalls, users of the database-part recalls, users of the block count).
+
+    Cold: every recall is the first for its user (all distinct). Otherwise the database part runs for
+    the user the whole recall has just read, as an agent's next turn would.
+    """
+    if not config.cold:
+        whole = rng.integers(0, config.users, total)
+        return whole, whole, rng.integers(0, config.users, BLOCK_SAMPLE)
+    wanted = 2 * total + BLOCK_SAMPLE
+    if wanted > config.users:
+        raise BenchError(f"--cold needs at least {wanted:,} users (two a recall, plus {BLOCK_SAMPLE} to count blocks)")
+    picks = rng.choice(config.users, wanted, replace=False)
+    return picks[:total], picks[total : 2 * total], picks[2 * total :]
+
+
+_FACT_BLOCKS = """
+    SELECT t.heap_blks_read, t.heap_blks_hit, t.idx_blks_read, t.idx_blks_hit
+    FROM pg_statio_user_tables t WHERE t.relname = 'memoryapp_memoryfact'
+"""
+
+
+def _fact_blocks():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, flushed when it idles
+        cursor.execute(_FACT_BLOCKS)  # autocommit: a new transaction, so a fresh snapshot of the counts
+        return np.array(cursor.fetchone(), dtype=np.int64)
+
+
+def blocks_per_select(users, vectors, org):
+    """Fact-table blocks one select reads, on average over `users`: heap and index, from disk or shared buffers."""
+    before = _fact_blocks()
+    for user, vector in zip(users, vectors, strict=True):
+        recall.select(user, "", org=org.id, vector=vector)
+    heap_read, heap_hit, idx_read, idx_hit = (_fact_blocks() - before) / len(users)
+    return {
+        "selects": len(users),
+        "heap_read": round(heap_read, 1),
+        "heap_hit": round(heap_hit, 1),
+        "index_read": round(idx_read, 1),
+        "index_hit": round(idx_hit, 1),
+    }
+
+
 def measure_recall(config, data, progress):
     """Whole recall (embedding included) and the database part (vector given), on fresh sessions."""
     rng = np.random.default_rng(config.seed + 1)
     messages = chat_messages(config)
     total = WARMUP + config.recalls
     picks = rng.choice(len(messages), total)
-    user_picks = rng.integers(0, config.users, total)
+    whole_users, db_users, block_users = _pick_users(config, rng, total)
     texts = [messages[i] for i in picks]
     progress(f"embedding {total:,} messages one by one for the database-only runs")
     vectors = [embeddings.embed(t) for t in texts]
@@ -475,10 +534,22 @@ def measure_recall(config, data, progress):
     )
     AgentSession.objects.all().delete()
     created = AgentSession.objects.bulk_create(
-        [AgentSession(user_id=user_ids[int(u)], org=org) for u in user_picks for _ in range(2)], batch_size=5000
+        [
+            AgentSession(user_id=user_ids[int(u)], org=org)
+            for pair in zip(whole_users, db_users, strict=True)
+            for u in pair
+        ],
+        batch_size=5000,
     )
     by_id = AgentSession.objects.select_related("user__memory_settings", "org").in_bulk([s.id for s in created])
     sessions = [by_id[s.id] for s in created]
+    if config.cold:
+        _drop_os_cache()
+    blocks = blocks_per_select(
+        [user_ids[int(u)] for u in block_users], [vectors[i % total] for i in range(len(block_users))], org
+    )
+    if config.cold:
+        _drop_os_cache()
 
     full_ms, db_ms, sizes, chars, org_shown = [], [], [], [], 0
     vector_tier = {"checked": 0, "set": 0, "order": 0, "float_ties": 0, "examples": []}
@@ -498,7 +569,7 @@ def measure_recall(config, data, progress):
         sizes.append(len(r_db.facts))
         chars.append(len(r_db.block))
         org_shown += sum(1 for s in r_db.facts if s.tier == "org")
-        expected = expected_selection(data, int(user_picks[i]), vectors[i], texts[i])
+        expected = expected_selection(data, int(whole_users[i]), vectors[i], texts[i])
         # Exact check (untimed): with no searchable words tier 2 is cosine alone, which the reference
         # reproduces exactly, so sets and order must agree.
         user_id, org_id = whole.user_id, whole.org_id
@@ -512,7 +583,7 @@ def measure_recall(config, data, progress):
             if expected.near_tie:
                 vector_tier["float_ties"] += 1
             elif len(vector_tier["examples"]) < 5:
-                vector_tier["examples"].append({"user": int(user_picks[i]), "message": texts[i][:80]})
+                vector_tier["examples"].append({"user": int(whole_users[i]), "message": texts[i][:80]})
         # The hybrid (what agents get) against the reference's own full-text scorer: a measured rate.
         chosen = recall.select(user_id, texts[i], org=org_id, vector=vectors[i])
         same_set, same_order = agrees(chosen, expected.always, expected.hybrid)
@@ -536,6 +607,8 @@ def measure_recall(config, data, progress):
     return {
         "n": config.recalls,
         "warmup": WARMUP,
+        "cold": config.cold,
+        "blocks_per_select": blocks,
         "full_ms": _percentiles(full_ms),
         "db_ms": _percentiles(db_ms),
         "block": {
@@ -746,7 +819,7 @@ def table(result):
             rows.append((f"top-{vs['k']} HNSW relaxed, ef_search={h['method'].rsplit('=', 1)[1]}", h))
     for name, p in rows:
         lines.append(f"{name:<44}{p['p50']:>9.2f}{p['p95']:>9.2f}{p['p99']:>9.2f}{p['mean']:>9.2f}")
-    vt, hy = rec["agreement"]["vector_tier"], rec["agreement"]["hybrid"]
+    vt, hy, bp = rec["agreement"]["vector_tier"], rec["agreement"]["hybrid"], rec["blocks_per_select"]
     lines += [
         "",
         f"vector tier vs numpy reference: set {vt['set']}/{vt['checked']}, order {vt['order']}/{vt['checked']} "
@@ -754,6 +827,9 @@ def table(result):
         f"hybrid vs Python full-text + RRF reference (measured): set {hy['set']}/{hy['checked']}, "
         f"order {hy['order']}/{hy['checked']}",
         f"block: {rec['block']['facts_mean']} facts, ~{rec['block']['tokens_mean']} tokens on average",
+        "fact-table blocks a select reads (of shared buffers / from outside): "
+        f"heap {bp['heap_hit']} / {bp['heap_read']}, index {bp['index_hit']} / {bp['index_read']}"
+        + (" (every recall the first for its user, OS page cache dropped)" if rec["cold"] else ""),
     ]
     if vs:
         for h in vs["hnsw"]:

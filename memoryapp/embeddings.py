@@ -29,9 +29,10 @@ MAX_TOKENS = 256
 FLOORS = {
     MINILM_NAME: {"neighbour": 0.45, "change": 0.3, "recall": 0.1},
     QINT8_NAME: {"neighbour": 0.45, "change": 0.3, "recall": 0.1},
-    # "change" is not calibrated for Voyage (no key here): the neighbour floor, unlowered.
-    "voyage-3-lite": {"neighbour": 0.6, "change": 0.6, "recall": 0.35},
 }
+# Not calibrated for Voyage (no key here): guesses, the same for each of its models; "change" is the
+# neighbour floor, unlowered.
+VOYAGE_FLOORS = {"neighbour": 0.6, "change": 0.6, "recall": 0.35}
 
 
 class EmbeddingError(RuntimeError):
@@ -174,7 +175,7 @@ class Voyage:
         self.client = voyageai.Client(api_key=settings.VOYAGE_API_KEY)
 
     def embed(self, texts):
-        result = self.client.embed(list(texts), model=self.name)
+        result = self.client.embed(list(texts), model=self.name, output_dimension=settings.VOYAGE_DIMENSIONS)
         vectors = np.array(result.embeddings, dtype=np.float32)
         return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
@@ -238,4 +239,6 @@ def floor(which):
     configured = settings.MEMORY.get(f"{which.upper()}_FLOOR")
     if configured not in (None, ""):
         return float(configured)
+    if settings.EMBEDDING_BACKEND == "voyage":
+        return VOYAGE_FLOORS[which]
     return FLOORS.get(model_name(), FLOORS[MINILM_NAME])[which]

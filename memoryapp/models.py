@@ -421,11 +421,14 @@ class MemoryFact(models.Model):
             ),
         ]
         indexes = [
-            # recall and neighbour search: a user's live facts (exact cosine over a few hundred rows)
+            # recall and neighbour search: a user's live facts (exact cosine over a few hundred rows).
+            # INCLUDE holds every column recall ranks by, so recall reads a cold user from a few
+            # neighbouring leaf pages (an index-only scan), not one scattered heap page per fact.
             models.Index(
                 fields=["user", "kind", "-last_confirmed_at"],
+                include=["id", "scope", "confirmation_count", "embedding_model", "embedding", "search_vector"],
                 condition=Q(superseded_at__isnull=True, expired_at__isnull=True),
-                name="fact_user_live_idx",
+                name="fact_user_recall_idx",
             ),
             # org-tier recall and the org memory page: an org's live facts
             models.Index(

@@ -49,10 +49,9 @@ class RecallResult:
 # Why one raw statement: recall sits on every agent turn's critical path, and one round trip that
 # reads both tiers and the org section (checking membership or identity) costs a fraction of five ORM queries.
 # It is the same selection as for_user(u).live() / for_org(o).live() with .nearest(): exact cosine
-# over one user's few hundred live facts (fact_user_live_idx), so no row is lost to an ANN index.
+# over one user's few hundred live facts (fact_user_recall_idx), so no row is lost to an ANN index.
 _FACT_FIELDS = ["id", "user_id", "org_id", "scope", "text", "kind", "created_at", "last_confirmed_at"]
 _FACT_COLUMNS = ", ".join(f"f.{name}" for name in _FACT_FIELDS)
-_MINE_COLUMNS = ", ".join(f"m.{name}" for name in _FACT_FIELDS)
 _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
 # Tier 2 is hybrid: facts above the similarity floor ranked by exact cosine, and facts sharing words
 # with the message ranked by full-text rank, fused by reciprocal rank (k = RRF_K). On LoCoMo this
@@ -76,17 +75,21 @@ _HYBRID = """{name}_by_vector AS (
 # by recency; what misses the quota still competes in tier 2 by similarity. See docs/benchmarks.md
 # for the dev-split numbers behind the defaults.
 # Why `mine` is materialised: both tiers rank the same rows, the user's live personal facts. Reading
-# them once (fact_user_live_idx, one heap visit per row, the distance computed there) and ranking
-# the copy halved the statement's buffer reads and its time at 3M facts (docs/benchmarks.md).
+# them once (the distance computed there) and ranking the copy halved the statement's buffer reads.
+# Why `mine` reads no text: every column it names is in fact_user_recall_idx, so PostgreSQL reads a
+# user's live facts from that index alone (an index-only scan: a few neighbouring leaf pages), not
+# from one heap page per fact, which facts arriving over months scatter among everyone else's. Only
+# the twenty or so chosen facts are then read from the heap, by primary key (`personal`).
 _TIER1_SQL = f"""mine AS MATERIALIZED (
-    SELECT {_FACT_COLUMNS}, f.confirmation_count, f.embedding_model = %(model)s AS comparable,
+    SELECT f.id, f.kind, f.last_confirmed_at, f.confirmation_count, f.embedding_model = %(model)s AS comparable,
         -- only vectors of the message's model are compared (another model's may differ in size)
         CASE WHEN f.embedding_model = %(model)s THEN f.embedding <=> %(vector)s::vector END AS distance,
         f.search_vector
     FROM memoryapp_memoryfact f
     WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE}
 ), always AS (
-    SELECT {_MINE_COLUMNS}, NULL::float8 AS distance, 'always' AS tier FROM (
+    SELECT m.id, m.kind, NULL::float8 AS distance, 'always' AS tier,
+        row_number() OVER (ORDER BY m.pos, m.kind_rank) AS position FROM (
         SELECT m.*, k.cap, k.pos, row_number() OVER (
             PARTITION BY m.kind ORDER BY CASE WHEN %(by_confirmations)s THEN m.confirmation_count ELSE 0 END DESC,
                 m.last_confirmed_at DESC, m.id
@@ -104,10 +107,16 @@ WITH {_TIER1_SQL}, personal_pool AS (
     SELECT m.id, m.distance, m.search_vector FROM mine m
     WHERE m.comparable AND m.id NOT IN (SELECT id FROM always)
 ), {_HYBRID.format(name="personal", text_search=TEXT_SEARCH_CONFIG)}, relevant AS (
-    SELECT {_MINE_COLUMNS}, h.distance, 'relevant' AS tier
-    FROM personal_fused h JOIN mine m ON m.id = h.id
+    SELECT h.id, h.distance, 'relevant' AS tier, row_number() OVER (ORDER BY h.rrf DESC, h.id) AS position
+    FROM personal_fused h
     ORDER BY h.rrf DESC, h.id
     LIMIT GREATEST(0, LEAST(%(tier2)s, %(cap)s - (SELECT count(*) FROM always)))
+), personal AS (
+    SELECT {_FACT_COLUMNS}, c.distance, c.tier FROM (
+        SELECT id, distance, tier, 1 AS part, position FROM always
+        UNION ALL SELECT id, distance, tier, 2, position FROM relevant
+    ) c JOIN memoryapp_memoryfact f ON f.id = c.id
+    ORDER BY c.part, c.position
 ), org_room AS (
     SELECT CASE WHEN EXISTS (
         SELECT 1 FROM memoryapp_membership m WHERE m.user_id = %(user)s AND m.org_id = %(org)s
@@ -131,8 +140,7 @@ WITH {_TIER1_SQL}, personal_pool AS (
     ORDER BY h.rrf DESC, h.id
     LIMIT GREATEST(0, (SELECT room FROM org_room) - (SELECT count(*) FROM org_always))
 )
-SELECT * FROM always UNION ALL SELECT * FROM relevant
-UNION ALL SELECT * FROM org_always UNION ALL SELECT * FROM org_relevant
+SELECT * FROM personal UNION ALL SELECT * FROM org_always UNION ALL SELECT * FROM org_relevant
 """
 
 # Which live facts tier 1 takes, by the very CTEs the block is built from (the pages say which facts

@@ -1,5 +1,6 @@
 """The read path: two tiers under a budget, once per session, explainable, and never a stale fact."""
 
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -11,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from memoryapp import clock, embeddings, extraction, recall, sessions, writing
 from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact, RecallLog
+from memoryapp.vocabulary import FACT_MAX_CHARS
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -221,7 +223,7 @@ def test_a_fact_embedded_by_another_model_is_never_compared_but_stays_always_on(
         ("The user likes Python tooling.", "preference"),
     ):
         MemoryFact.objects.create(
-            user=alice, text=text, kind=kind, embedding=[0.5] * 512, embedding_model="voyage-3-lite"
+            user=alice, text=text, kind=kind, embedding=[0.5] * 256, embedding_model="voyage-3.5-lite"
         )
 
     result = recall.recall(sessions.open_session(org, alice), "Which Python tooling should I use?")
@@ -565,3 +567,41 @@ def test_a_fact_corrected_while_it_is_being_reembedded_keeps_no_vector_of_its_ol
     assert writing.reembed_facts() == 1
     fact.refresh_from_db()
     assert float(np.array(fact.embedding, dtype=np.float32) @ embeddings.embed("The user lives in Porto.")) > 0.999
+
+
+# --- reading a cold user cheaply ------------------------------------------------------------------
+
+
+def test_every_column_recall_ranks_by_is_in_the_covering_index():
+    """The user's live facts are read by an index-only scan (a few leaf pages, not one scattered heap page
+    per fact) only while `mine` names no column outside fact_user_recall_idx; docs/benchmarks.md has the plan."""
+    mine = recall.SELECT_SQL.split("mine AS MATERIALIZED (")[1].split("), always AS")[0]
+    read = set(re.findall(r"\bf\.(\w+)", mine))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.attname FROM pg_index x JOIN pg_attribute a"
+            " ON a.attrelid = x.indrelid AND a.attnum = ANY(x.indkey)"
+            " WHERE x.indexrelid = 'fact_user_recall_idx'::regclass"
+        )
+        covered = {name for (name,) in cursor.fetchall()}
+        cursor.execute(
+            "SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = 'fact_user_recall_idx'::regclass"
+        )
+        predicate = cursor.fetchone()[0]
+    assert {"user_id", "kind", "embedding", "search_vector"} <= read
+    # Columns the index's predicate already settles need not be stored in it.
+    assert read - covered <= {"superseded_at", "expired_at"} and all(c in predicate for c in read - covered)
+
+
+def test_the_longest_fact_of_many_words_is_stored_and_contrived_text_is_refused_not_a_500(org, api):
+    """An index row holds at most 2,704 bytes, vector and search words together: a 200-character fact of
+    fifty words is stored; a hundred one-character words get a clear refusal instead of a database error."""
+    alice = _user(org)
+    words = " ".join(f"{a}{b}q" for a in "abcdefghijklmnopqrstuvwxyz" for b in "aeiou")[:FACT_MAX_CHARS].strip()
+    assert writing.store(alice, words, "profile").fact.text == words
+
+    contrived = " ".join(chr(0x4E00 + 7 * i) for i in range(100))[:FACT_MAX_CHARS]
+    with pytest.raises(writing.FactRejected, match="too many separate words"):
+        writing.store(alice, contrived, "profile")
+    response = api.post("/v1/users/alice/facts", {"text": contrived, "kind": "profile"})
+    assert response.status_code == 422 and "too many separate words" in response.content.decode()

@@ -3,6 +3,7 @@
 import json
 from io import StringIO
 
+import numpy as np
 import psycopg
 import pytest
 from django.contrib.auth import get_user_model
@@ -40,6 +41,9 @@ def test_smoke_run_writes_the_numbers_and_touches_nothing_of_the_app(tmp_path, m
     # recall() and select() pick the same facts, for the whole recall and the database part alike.
     assert hybrid["recall_matches_select"] == 2 * result["recall"]["n"]
     assert result["recall"]["block"]["facts_max"] <= result["limits"]["cap"]
+    blocks = result["recall"]["blocks_per_select"]
+    assert blocks["selects"] == recallbench.BLOCK_SAMPLE and blocks["index_read"] + blocks["index_hit"] > 0
+    assert "fact-table blocks a select reads" in out.getvalue()
     search = result["vector_search"]
     assert search["exact"]["order_agreement"] * search["queries"] + search["exact"]["float_ties"] == search["queries"]
     assert search["exact"]["p95"] > 0
@@ -152,3 +156,25 @@ def test_reference_fusion_is_reciprocal_rank_with_the_papers_constant():
     assert fused[0] == 1 and set(fused[1:]) == {0, 2}
     assert fused[1:] == [0, 2]  # equal scores: ties by id
     assert reference.agreement(["x", "y"], ["y", "x"]) == (True, False)
+
+
+def test_cold_recalls_are_each_the_first_for_their_user_and_need_enough_users():
+    config = recallbench.Config(
+        users=1000,
+        facts=1,
+        recalls=1,
+        smoke=False,
+        datasets=".",
+        database="x",
+        keep=False,
+        hnsw=False,
+        vector_queries=1,
+        seed=1,
+        cold=True,
+    )
+    whole, db_part, counted = recallbench._pick_users(config, np.random.default_rng(0), 300)
+    picked = [*whole, *db_part, *counted]
+    assert len(picked) == len(set(picked)) == 2 * 300 + recallbench.BLOCK_SAMPLE
+
+    with pytest.raises(recallbench.BenchError, match="--cold needs at least 1,002 users"):
+        recallbench._pick_users(config, np.random.default_rng(0), 401)

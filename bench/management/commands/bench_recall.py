@@ -31,6 +31,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--vector-queries", type=int, default=1000, help="queries per vector-search method")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument(
+            "--cold",
+            action="store_true",
+            help="every recall the first for its user, after dropping the OS page cache (needs root)",
+        )
 
     def handle(self, *args, **opts):
         config = recallbench.Config.from_options(opts)
