@@ -380,24 +380,20 @@ def demote_at_once(*memberships):
     from memoryapp import orgs
 
     barrier = threading.Barrier(len(memberships))
-    outcomes = []
+    results = {}
 
     def demote(membership):
-        try:
-            barrier.wait()
-            orgs.change_role(membership, "member")
-            outcomes.append("ok")
-        except orgs.OrgError:
-            outcomes.append("refused")
-        finally:
-            connection.close()
+        barrier.wait()
+        orgs.change_role(membership, "member")
+        return "ok"
 
-    threads = [threading.Thread(target=demote, args=(m,)) for m in memberships]
-    for t in threads:
-        t.start()
+    threads = [in_thread(lambda m=m: demote(m), results, i) for i, m in enumerate(memberships)]
     for t in threads:
         t.join()
-    return sorted(outcomes)
+    for outcome in results.values():
+        if isinstance(outcome, BaseException) and not isinstance(outcome, orgs.OrgError):
+            raise outcome
+    return sorted("refused" if isinstance(o, orgs.OrgError) else o for o in results.values())
 
 
 def wait_for(predicate, timeout=60.0, interval=0.2, message="condition"):

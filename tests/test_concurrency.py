@@ -3,12 +3,11 @@
 import threading
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 
 from memoryapp import backends, extraction, sessions, writing
 from memoryapp.models import FactEvent, MemoryFact
-from tests.conftest import wait_for
+from tests.conftest import in_thread, wait_for
 
 POSTGRES = "The user's database is PostgreSQL."
 PLANETSCALE = "The user's database is PlanetScale."
@@ -39,22 +38,11 @@ def two_ended_sessions(org, said):
 
 
 def extract_concurrently(session_ids):
-    errors = []
-
-    def work(sid):
-        try:
-            extraction.extract_session(sid)
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=work, args=(sid,)) for sid in session_ids]
-    for t in threads:
-        t.start()
+    results = {}
+    threads = [in_thread(lambda sid=sid: extraction.extract_session(sid), results, sid) for sid in session_ids]
     for t in threads:
         t.join(timeout=60)
-    assert errors == []
+    assert [r for r in results.values() if isinstance(r, BaseException)] == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from memoryapp import clock, forgetting
 from memoryapp.models import AgentSession, FactEvent, ForgettingEntry, MemoryFact, RecallLog
+from tests.conftest import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,18 +41,6 @@ def old_facts(travel):
     return user
 
 
-def in_thread(fn, results, key):
-    def target():
-        try:
-            results[key] = fn()
-        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
-            results[key] = exc
-        finally:
-            connection.close()
-
-    return threading.Thread(target=target)
-
-
 def test_a_second_run_while_one_is_running_does_nothing(old_facts):
     first_started = threading.Event()
     second_done = threading.Event()
@@ -64,10 +52,8 @@ def test_a_second_run_while_one_is_running_does_nothing(old_facts):
         assert second_done.wait(30)
 
     first = in_thread(lambda: forgetting.run_forgetting(mode="enforce", batch=5, progress=progress), results, "a")
-    first.start()
     assert first_started.wait(30)
     second = in_thread(lambda: forgetting.run_forgetting(mode="enforce", batch=5), results, "b")
-    second.start()
     second.join(30)
     second_done.set()
     first.join(30)
@@ -87,8 +73,6 @@ def test_two_runs_released_together_expire_each_fact_once(old_facts):
         return forgetting.run_forgetting(mode="enforce", batch=1)
 
     threads = [in_thread(go, results, k) for k in ("a", "b")]
-    for t in threads:
-        t.start()
     for t in threads:
         t.join(60)
 
