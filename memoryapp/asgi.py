@@ -11,6 +11,12 @@ Every HTTP request first passes the body limits of memoryapp.request_limits (413
 app or a key check sees it); run uvicorn with `--http memoryapp.request_limits:HeaderTimeoutHttpToolsProtocol`
 for the header timeout as well.
 
+Why Django runs as WSGI in a pool of threads here, not as Django's ASGI handler: every view is
+synchronous, and the ASGI handler gave each request a new thread and switched between threads and the
+event loop around the middleware that can run either way. a2wsgi hands each request to one of
+WEB_THREADS reused threads; the server's own work per request fell from 1.5 to 0.5 ms of CPU
+(docs/benchmarks.md, "Pages").
+
 The WSGI entry point (memoryapp.wsgi, runserver) keeps serving everything but /mcp/.
 """
 
@@ -22,11 +28,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryapp.settings")
 # thread and warns on every static file. The files are small and hashed (cached for a year).
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
+from a2wsgi import WSGIMiddleware  # noqa: E402
 from asgiref.sync import sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-django_app = get_asgi_application()
+django_wsgi = get_wsgi_application()
 
 from memoryapp import embeddings, judge_model  # noqa: E402
 
@@ -38,13 +45,14 @@ judge_model.model()
 
 from memoryapp import sessions  # noqa: E402  (models load after django.setup())
 from memoryapp.mcp_server import fresh_connection, http_app  # noqa: E402
-from memoryapp.request_limits import guard_body  # noqa: E402
+from memoryapp.request_limits import guard_body, whole_body  # noqa: E402
 
 if settings.DEBUG:
     # As runserver does: static files straight from the app when debugging.
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.contrib.staticfiles.handlers import StaticFilesHandler
 
-    django_app = ASGIStaticFilesHandler(django_app)
+    django_wsgi = StaticFilesHandler(django_wsgi)
+django_app = whole_body(WSGIMiddleware(django_wsgi, workers=settings.WEB_THREADS))
 
 mcp_app = http_app()
 UNAUTHORIZED = (

@@ -102,6 +102,35 @@ def guard_body(app):
     return guarded
 
 
+def whole_body(app):
+    """The ASGI app `app`, called only once the request's whole body has arrived, given in one message.
+
+    Why: Django's views run in a fixed pool of threads (memoryapp/asgi.py), and a thread must never
+    wait on a slow client. The body is read here on the event loop, under guard_body's size and time
+    limits; when those refuse it (or the client goes), `app` is never called.
+    """
+
+    async def buffered(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # the client went, or guard_body has answered 408 / 413
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay():
+            return pending.pop() if pending else await receive()
+
+        return await app(scope, replay, send)
+
+    return buffered
+
+
 class HeaderTimeoutHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol (its C parser), closing a connection whose request headers take too
     long to arrive.

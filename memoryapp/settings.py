@@ -114,7 +114,10 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="memoryapp.dbbackend")}
 else:
     DATABASES = {"default": {"ENGINE": "memoryapp.dbbackend", "NAME": db.DB_NAME, "EMBEDDED": True}}
-# Why a pool: under ASGI Django runs each request's sync code in a thread of its own, and with
+# Each web process runs Django's views in WEB_THREADS reused threads (memoryapp/asgi.py); the MCP
+# transport's tools run in threads of their own beside them.
+WEB_THREADS = env_int("WEB_THREADS", 10)
+# Why a pool: Django's ASGI handler ran each request's sync code in a thread of its own, and with
 # persistent connections (CONN_MAX_AGE) every such thread kept a connection until PostgreSQL ran out
 # (100 on the embedded server). Each process now holds at most DB_POOL_MAX_SIZE connections; a
 # request that finds them all busy waits DB_POOL_TIMEOUT seconds and then answers 503 with

@@ -3,12 +3,13 @@ wrong passwords cannot lock a person out of their account."""
 
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from memoryapp import ratelimit
 from memoryapp.models import RateCounter
-from tests.conftest import BASE_DIR, worker_database_url
+from tests.conftest import BASE_DIR, REDIS_TEST_URL, worker_database_url
 
 # Each process counts 5 calls in one bucket against a limit of 5, on a pinned clock (one window).
 COUNT_IN_A_PROCESS = """
@@ -44,6 +45,30 @@ def test_ended_windows_are_pruned(monkeypatch):
     monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_125)  # two windows later
     assert ratelimit.hit("c", 5) == (True, 55)
     assert list(RateCounter.objects.values_list("bucket", flat=True)) == ["c"]
+
+
+@pytest.fixture
+def counted_in_redis(settings):
+    """The limits counted in the machine's Redis, as a deployment with REDIS_URL counts them."""
+    from django.core.cache import cache
+
+    settings.REDIS_URL = REDIS_TEST_URL
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_TEST_URL}
+    }
+    yield
+    cache.close()
+
+
+@pytest.mark.django_db
+def test_in_redis_a_window_allows_the_limit_then_refuses_and_the_next_starts_afresh(counted_in_redis, monkeypatch):
+    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_005)
+    bucket = f"redis-test-{uuid.uuid4().hex}"
+    assert [ratelimit.hit(bucket, 3)[0] for _ in range(5)] == [True, True, True, False, False]
+    assert ratelimit.hit(bucket, 3)[1] == 55  # seconds until the window resets
+    assert not RateCounter.objects.exists()  # counted in Redis, not in the database
+    monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_065)
+    assert ratelimit.hit(bucket, 3)[0]
 
 
 def _sign_in(client, username, password, address):

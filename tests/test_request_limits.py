@@ -158,3 +158,29 @@ def test_a_declared_30_mb_body_is_refused_at_once_over_the_wire(server):
     got, seconds = _exchange(server, head + b"Content-Length: 31457280\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 413") and b"body_too_large" in got and not got.endswith(b"<still open>")
     assert seconds < 2
+
+
+def test_a_body_still_arriving_never_reaches_django_so_no_thread_waits_on_the_client(settings):
+    """Django's views run in a fixed pool of threads: the body is read whole first, on the event loop."""
+    from django.core.signals import request_started
+
+    settings.REQUEST_BODY_TIMEOUT = 0.5
+    started = []
+    reads = []
+
+    def seen(**kwargs):
+        started.append(1)
+
+    async def receive():  # one chunk, then a client that stops sending
+        reads.append(1)
+        if len(reads) > 1:
+            await asyncio.Event().wait()
+        return {"type": "http.request", "body": b'{"user": ', "more_body": True}
+
+    request_started.connect(seen)
+    try:
+        status, _, body = _call("/api/v1/sessions", [(b"content-length", b"100")], receive)
+    finally:
+        request_started.disconnect(seen)
+    assert status == 408 and body["error"]["code"] == "request_timeout"
+    assert started == []  # no view, middleware or thread of Django's ever saw the request

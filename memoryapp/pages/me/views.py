@@ -281,7 +281,6 @@ def memory(request):
     rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
     after = request.GET.get("after", "")
     page = keyset(request, shown.with_last_recalled().annotate(rank=rank), MEMORY_ORDER, FACTS_PER_PAGE)
-    memory_on = writing.memory_enabled(request.user)
     first = not after
     context = {
         "groups": _groups(page.rows, counts),
@@ -293,7 +292,6 @@ def memory(request):
         "highlight": request.GET.get("highlight", ""),
         "tabs": _tabs(counts),
         "tier1": recall.tier1_ids(request.user),
-        "memory_on": memory_on,
         "recall_cap": settings.MEMORY["RECALL_CAP"],
         "proposals": _my_proposals(request.user) if not query and not kind and first else [],
         "forgotten": _forgotten_lately(request.user) if not query and not kind and first else [],
