@@ -21,8 +21,10 @@ from memoryapp.api import api as ninja_api
 from memoryapp.models import (
     AgentSession,
     ApiKey,
+    ExternalIdentity,
     ExtractionRun,
     FactEvent,
+    Invitation,
     Membership,
     MemoryFact,
     Organization,
@@ -38,8 +40,17 @@ pytestmark = pytest.mark.django_db
 ALICE_SECRETS = ["Zanzibarcoffee", "Quixoticarbiter", "Aliceturnword"]
 BOB_SECRETS = ["Bobsecretmango", "Bobturnword"]
 CAROL_SECRETS = ["Carolsecretfig", "Carolturnword"]
-ORG_A_SECRETS = ["Pelicanpipeline", "Kumquatserver", "Orgalphazq", "Alphakeyname", "alicezq", "bobzq"]
-ORG_B_SECRETS = ["Betaorgtoken", "Orgbetazq", "Betakeyname", "carolzq"]
+ORG_A_SECRETS = [
+    "Pelicanpipeline",
+    "Kumquatserver",
+    "Orgalphazq",
+    "Alphakeyname",
+    "alicezq",
+    "bobzq",
+    "Alphainvitee",
+    "Rememberalphazq",
+]
+ORG_B_SECRETS = ["Betaorgtoken", "Orgbetazq", "Betakeyname", "carolzq", "Betainvitee"]
 RECALL_MESSAGE = "coffee roasts, mango tea, figs, pipelines, hosting, servers and deployment"
 
 SKIP_PREFIXES = ("admin/", "api/")  # Django's own admin is staff-only; the agent API is swept through ninja
@@ -112,6 +123,11 @@ def build_world(scripted, make_user):
     orgs.add_fact(org_a, bob, "The team deploys with the Pelicanpipeline.", "constraint")
     orgs.add_fact(org_b, carol, "The team ships Betaorgtoken builds.", "constraint")
     OrgFactProposal.objects.create(org=org_b, proposed_by=carol, text="The team likes Betaorgtoken.", kind="goal")
+    # A person org A's agent remembers, who never signs in (org A's admins manage them on its people page).
+    remembered = sessions.get_or_create_user(org_a, "rememberalphazq-person")
+    _fact(remembered, "The user prefers Rememberalphazq notebooks.", "preference")
+    orgs.invite(org_a, bob, note="Alphainvitee")
+    orgs.invite(org_b, carol, note="Betainvitee")
     sessions.create_api_key(org_a, "Alphakeyname")
     sessions.create_api_key(org_b, "Betakeyname")
     _, key_a = sessions.create_api_key(org_a, "sweep", all_scopes())  # every route is swept
@@ -121,7 +137,8 @@ def build_world(scripted, make_user):
     for s in (bob_open, carol_open):
         recall.recall(s, RECALL_MESSAGE)
 
-    world = World(org_a, org_b, {"alice": alice, "bob": bob, "carol": carol, "dave": dave}, key_a, key_b)
+    users = {"alice": alice, "bob": bob, "carol": carol, "dave": dave, "remembered_a": remembered}
+    world = World(org_a, org_b, users, key_a, key_b)
     for name, user in world.users.items():
         world.objects[name] = {
             "fact": [str(i) for i in MemoryFact.objects.for_user(user).values_list("id", flat=True)],
@@ -131,6 +148,7 @@ def build_world(scripted, make_user):
             "log": [str(i) for i in RecallLog.objects.filter(user=user).values_list("id", flat=True)],
             "event": [str(i) for i in FactEvent.objects.filter(user=user).values_list("id", flat=True)],
             "user": [str(user.id), user.username, f"{user.username}-ext"],
+            "identity": [str(i) for i in user.external_ids.values_list("id", flat=True)],
         }
     for name, org in (("org_a", org_a), ("org_b", org_b)):
         world.objects[name] = {
@@ -139,6 +157,14 @@ def build_world(scripted, make_user):
             "key": [str(i) for i in ApiKey.objects.filter(org=org).values_list("id", flat=True)],
             # Memberships belong to the org: its admins may name any of them.
             "member": [str(i) for i in Membership.objects.filter(org=org).values_list("id", flat=True)],
+            "invitation": [str(i) for i in Invitation.objects.filter(org=org).values_list("id", flat=True)],
+            # The people the org's agent remembers (its admins may act on them), not its members.
+            "identity": [
+                str(i)
+                for i in ExternalIdentity.objects.filter(org=org, user__memberships__isnull=True).values_list(
+                    "id", flat=True
+                )
+            ],
             "org": [org.slug, str(org.id)],
             "event": [
                 str(i) for i in FactEvent.objects.filter(org=org, user__isnull=True).values_list("id", flat=True)
@@ -151,6 +177,11 @@ def build_world(scripted, make_user):
 
 KIND_BY_NAME = [
     ("proposal", "proposal"),
+    ("invitation", "invitation"),
+    ("identity", "identity"),
+    # Tokens are bearer secrets, not objects anyone owns: no party has one, so a route taking a token is
+    # swept with one made-up value (every other party's ids were as made-up to it, and 16 % of the sweep).
+    ("token", "token"),
     ("membership", "member"),
     ("member", "member"),
     ("key", "key"),
@@ -406,6 +437,7 @@ def snapshot(world, parties):
             sorted(map(str, MemoryFact.objects.for_org(org).live().values_list("text", flat=True))),
             sorted(OrgFactProposal.objects.filter(org=org).values_list("status", flat=True)),
             ApiKey.objects.filter(org=org, revoked_at__isnull=True).count(),
+            Invitation.objects.filter(org=org).pending().count(),
             Organization.objects.filter(id=org.id).exists(),
         )
     return state
@@ -432,7 +464,7 @@ def test_route_collection_covers_the_fact_pages_and_api():
 def test_no_memory_crosses_between_colleagues_or_organisations(scripted, make_user):
     world = build_world(scripted, make_user)
     users = world.users
-    before = snapshot(world, ["alice", "carol", "bob", "dave"])
+    before = snapshot(world, ["alice", "carol", "bob", "dave", "remembered_a"])
 
     # Recall itself: Bob and Dave get org A's tier but nothing of Alice; Carol gets nothing of org A.
     for name in ("bob", "dave"):
@@ -478,8 +510,8 @@ def test_no_memory_crosses_between_colleagues_or_organisations(scripted, make_us
     assert not leaks, "\n".join(leaks[:30])
     assert sum(s.requests for s in sweeps) > 500
     # Poking at other people's objects changed nothing of theirs.
-    after = snapshot(world, ["alice", "carol"])
-    assert {k: after[k] for k in ("alice", "carol", world.org_b.slug)} == {
-        k: before[k] for k in ("alice", "carol", world.org_b.slug)
+    after = snapshot(world, ["alice", "carol", "remembered_a"])
+    assert {k: after[k] for k in ("alice", "carol", "remembered_a", world.org_b.slug)} == {
+        k: before[k] for k in ("alice", "carol", "remembered_a", world.org_b.slug)
     }
     assert after[world.org_a.slug][0] == before[world.org_a.slug][0]
