@@ -37,6 +37,12 @@ if "MEMORYAPP_DATA_DIR" not in os.environ:
 os.environ["STATIC_ROOT"] = os.path.join(
     os.environ["MEMORYAPP_DATA_DIR"], "static-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
 )
+# Each worker's benchmark smoke runs get databases of their own (bench/recall.py adds TEST_DB_SUFFIX to
+# their names): two workers' bench_peers smoke runs dropped each other's database mid-run. Appended once:
+# the commands and servers a test starts inherit both variables.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker and not os.environ.get("TEST_DB_SUFFIX", "").endswith("_" + _worker):
+    os.environ["TEST_DB_SUFFIX"] = os.environ.get("TEST_DB_SUFFIX", "") + "_" + _worker
 # WhiteNoise warns about a missing static folder on every handler it builds; an empty one is enough.
 os.makedirs(os.environ["STATIC_ROOT"], exist_ok=True)
 

@@ -3,6 +3,7 @@ from what each returned, not declared. Against the mem0-shaped SQL peer: the rea
 installed from the network, which the command does and a test cannot."""
 
 import json
+import os
 from io import StringIO
 
 import psycopg
@@ -43,10 +44,12 @@ def _check(result, out):
     # Nothing lost to an approximate index: every result from the exact candidate pool, never short.
     assert exact["overlap_with_exact"] == 1.0 and exact["complete_rate"] == 1.0
     assert "memoryapp recall.select" in out and result["load_average"]["start"]
-    # Both bench databases are gone.
+    # Both bench databases of this run are gone (another worker's smoke run may hold its own meanwhile).
+    ours = "memoryapp_peers_smoke" + os.environ.get("TEST_DB_SUFFIX", "")  # bench.recall.Config's smoke name
     with psycopg.connect(dbname="postgres", autocommit=True, **recallbench._server_params()) as admin:
         left = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'memoryapp_peers%%'").fetchall()
-    assert not [d for (d,) in left if d.endswith(("_smoke_perf", "_smoke_perf_mem0")) or "smoke" in d]
+    assert ours.endswith(os.environ.get("PYTEST_XDIST_WORKER", ""))
+    assert not [d for (d,) in left if d in (ours, f"{ours}_mem0", f"{ours}_locomo", f"{ours}_locomo_mem0")]
 
 
 @pytest.mark.slow
