@@ -14,19 +14,15 @@ for the header timeout as well.
 Why Django runs as WSGI in a pool of threads here, not as Django's ASGI handler: every view is
 synchronous, and the ASGI handler gave each request a new thread and switched between threads and the
 event loop around the middleware that can run either way. a2wsgi hands each request to one of
-WEB_THREADS reused threads; the server's own work per request fell from 1.5 to 0.5 ms of CPU
+WEB_THREADS reused threads; the server's own CPU per /healthz fell from 1.5 to 0.5 ms
 (docs/benchmarks.md, "Pages").
 
 The WSGI entry point (memoryapp.wsgi, runserver) keeps serving everything but /mcp/.
 """
 
 import os
-import warnings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryapp.settings")
-# WhiteNoise hands Django a file iterator that is synchronous; under ASGI Django reads it in a
-# thread and warns on every static file. The files are small and hashed (cached for a year).
-warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from asgiref.sync import sync_to_async  # noqa: E402
