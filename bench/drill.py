@@ -76,6 +76,9 @@ WORKER_DRILLS = ("worker-killed", "worker-stopped")
 # MODEL_REQUEST_SECONDS for a verdict; a valid call may take that plus the margin (the rest of its work).
 FAULT_ENV = {"MODEL_REQUEST_SECONDS": "5", "ANTHROPIC_TIMEOUT": "10", "ANTHROPIC_MAX_RETRIES": "1"}
 WAIT_MARGIN_SECONDS = 5
+# At smoke size a session whose extraction failed while the provider was down is retried seconds after
+# it recovers, through the same sweeper and backoff, instead of after production's minute.
+SMOKE_RETRY_ENV = {"SWEEP_SECONDS": "1", "EXTRACTION_RETRY_SECONDS": "1"}
 REDO_TARGET_SECONDS = 90  # a killed worker's session, extracted again by another worker
 FLOOD_P95_FACTOR = 10
 OVERSIZED_BYTES = 2 * 1024 * 1024  # twice MAX_REQUEST_BYTES' default
@@ -560,21 +563,26 @@ def run(name, smoke=False, db_pool=None, broker=None, web_workers=2, max_seconds
     env = {"DB_POOL": "1" if db_pool else "0"}
     if name in PROVIDER_DRILLS + WORKER_DRILLS:
         env.update(FAULT_ENV, EXTRACTION_BACKEND="anthropic", ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake.url)
+    if faulted and smoke:
+        env.update(SMOKE_RETRY_ENV)
     env = loadtest.server_env(broker, tag, **env)
     if name == "db-stopped":
         env.pop("DATABASE_URL")  # the stack's own embedded server (MEMORYAPP_DATA_DIR), which it restarts
     procs = loadtest.Processes(env, log=log)
+    sweep_every = env.get("SWEEP_SECONDS", settings.SWEEP_SECONDS)
     report = {
         "drill": name,
         "smoke": smoke,
         "size": size,
         "db_pool": db_pool,
         "server": f"uvicorn --workers {web_workers}",
-        "celery": "1 worker, concurrency 2" + (f"; beat (sweeper every {settings.SWEEP_SECONDS} s)" if faulted else ""),
+        "celery": "1 worker, concurrency 2" + (f"; beat (sweeper every {sweep_every} s)" if faulted else ""),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     if faulted:
         report["model_settings"] = dict(FAULT_ENV, EXTRACTION_LEASE_SECONDS=settings.EXTRACTION_LEASE.total_seconds())
+        if smoke:
+            report["model_settings"].update(SMOKE_RETRY_ENV)
     acked = Acknowledged()
     try:
         with fake, tempfile.TemporaryDirectory(prefix=f"{tag}-beat-") as beat_dir:

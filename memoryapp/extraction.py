@@ -106,7 +106,7 @@ class ClaimLost(Exception):
 
 
 def _backoff(attempts):
-    return timedelta(minutes=min(60, 2 ** max(0, attempts - 1)))
+    return timedelta(seconds=settings.EXTRACTION_RETRY_SECONDS * min(60, 2 ** max(0, attempts - 1)))
 
 
 def candidate_key(candidate):

@@ -247,6 +247,8 @@ MODEL_STRICT = env_bool("MODEL_STRICT", False)
 # worker is one attempt (its provider's timeout); a failure goes back to the queue with backoff.
 EXTRACTION_LEASE = timedelta(seconds=env_int("EXTRACTION_LEASE_SECONDS", 45))
 SWEEP_SECONDS = env_int("SWEEP_SECONDS", 20)
+# A failed extraction is retried after this wait, doubled for each further attempt (at most 60 times it).
+EXTRACTION_RETRY_SECONDS = env_int("EXTRACTION_RETRY_SECONDS", 60)
 # Tests move the app clock (memoryapp.clock) by setting this through a fixture; always zero in production.
 CLOCK_OFFSET = timedelta(0)
 

@@ -210,12 +210,23 @@ def test_backoff_grows_and_retries_stop_at_the_limit(
         with django_capture_on_commit_callbacks(execute=False):
             sessions.sweep()
     assert gaps[0] < gaps[1] < gaps[2]
+    # The wait doubles from EXTRACTION_RETRY_SECONDS (60 s by default; the drills' smoke runs set 1 s).
+    assert [round(g.total_seconds() / 60) for g in gaps] == [1, 2, 4]
     assert session.extraction_attempts == 3 and ExtractionRun.objects.filter(status="failed").count() == 3
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert sessions.sweep()["enqueued"] == 0  # out of attempts: waits for staff
     assert callbacks == []
     assert rerun.rerun_failed_extraction(session) is True  # staff's re-run
     assert AgentSession.objects.get(id=session.id).extraction_status == "queued"
+
+
+def test_the_first_retry_waits_as_long_as_the_setting_says(org, scripted, settings):
+    settings.EXTRACTION_RETRY_SECONDS = 5
+    scripted.extract_answer = llm.ModelUnavailable("down")
+    session = ended_session(org, ("user", "I prefer tabs."))
+    extraction.extract_session(session.id)
+    session.refresh_from_db()
+    assert timedelta(seconds=3) < session.next_attempt_at - clock.now() <= timedelta(seconds=5)
 
 
 def test_a_crash_mid_run_is_recorded_and_the_retry_writes_each_fact_once(org, scripted, monkeypatch):

@@ -107,11 +107,14 @@ def test_a_body_of_exactly_the_limit_is_read_whole_and_reaches_django():
 # --- a real uvicorn, raw sockets on loopback -------------------------------------------------
 
 
-@pytest.fixture
-def server(db):
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    """One server for the module's tests (it takes seconds to start); none of them writes to the database."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    with django_db_blocker.unblock():
+        url = worker_database_url()
     env.update(
-        DATABASE_URL=worker_database_url(),
+        DATABASE_URL=url,
         CELERY_BROKER_URL="memory://",
         EXTRACTION_BACKEND="offline",
         REQUEST_HEADER_TIMEOUT="1",
