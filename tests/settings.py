@@ -41,12 +41,16 @@ os.environ["STATIC_ROOT"] = os.path.join(
 # their names): two workers' bench_peers smoke runs dropped each other's database mid-run. Appended once:
 # the commands and servers a test starts inherit both variables.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _worker and not os.environ.get("TEST_DB_SUFFIX", "").endswith("_" + _worker):
-    os.environ["TEST_DB_SUFFIX"] = os.environ.get("TEST_DB_SUFFIX", "") + "_" + _worker
+_suffix = os.environ.get("TEST_DB_SUFFIX", "").removesuffix("_" + _worker if _worker else "")
+if _worker:
+    os.environ["TEST_DB_SUFFIX"] = _suffix + "_" + _worker
 # WhiteNoise warns about a missing static folder on every handler it builds; an empty one is enough.
 os.makedirs(os.environ["STATIC_ROOT"], exist_ok=True)
 
 from memoryapp.settings import *  # noqa: E402, F403
+
+# pytest-django adds the worker's name to the test database's name itself (test_memoryapp_gw0).
+DATABASES["default"]["TEST"]["NAME"] = "test_memoryapp" + _suffix  # noqa: F405
 
 # Tests create hundreds of users: the production hasher's deliberate slowness buys nothing here.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
