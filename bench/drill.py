@@ -563,8 +563,8 @@ def run(name, smoke=False, db_pool=None, broker=None, web_workers=2, max_seconds
     env = {"DB_POOL": "1" if db_pool else "0"}
     if name in PROVIDER_DRILLS + WORKER_DRILLS:
         env.update(FAULT_ENV, EXTRACTION_BACKEND="anthropic", ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake.url)
-    if faulted and smoke:
-        env.update(SMOKE_RETRY_ENV)
+    retry_env = SMOKE_RETRY_ENV if faulted and smoke else {}
+    env.update(retry_env)
     env = loadtest.server_env(broker, tag, **env)
     if name == "db-stopped":
         env.pop("DATABASE_URL")  # the stack's own embedded server (MEMORYAPP_DATA_DIR), which it restarts
@@ -580,9 +580,8 @@ def run(name, smoke=False, db_pool=None, broker=None, web_workers=2, max_seconds
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     if faulted:
-        report["model_settings"] = dict(FAULT_ENV, EXTRACTION_LEASE_SECONDS=settings.EXTRACTION_LEASE.total_seconds())
-        if smoke:
-            report["model_settings"].update(SMOKE_RETRY_ENV)
+        lease = settings.EXTRACTION_LEASE.total_seconds()
+        report["model_settings"] = dict(FAULT_ENV, **retry_env, EXTRACTION_LEASE_SECONDS=lease)
     acked = Acknowledged()
     try:
         with fake, tempfile.TemporaryDirectory(prefix=f"{tag}-beat-") as beat_dir:

@@ -28,15 +28,16 @@ MAX_HEIGHT = 2600  # px of a full-page picture kept; enough to show every page's
 AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")
 
 
+UPDATE = os.environ.get("UPDATE_SCREENSHOTS") == "1"  # remake the committed copies in docs/screenshots/
+
+
 def out_dir():
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        return os.path.join(BASE_DIR, "docs", "screenshots")
-    return SCREENSHOTS
+    return os.path.join(BASE_DIR, "docs", "screenshots") if UPDATE else SCREENSHOTS
 
 
 def picture(name):
     """The committed copies are PNGs; the ones a test run leaves to be looked at are JPEGs (half the time)."""
-    return os.path.join(out_dir(), f"{name}.png" if os.environ.get("UPDATE_SCREENSHOTS") == "1" else f"{name}.jpg")
+    return os.path.join(out_dir(), f"{name}.png" if UPDATE else f"{name}.jpg")
 
 
 def violations(page):
@@ -68,7 +69,7 @@ def shoot(page, name, problems, axe_problems=None):
                 problems.append(f"{name}: header targets under 44px tall: {small}")
         path = picture(f"{name}-{width}")
         page.screenshot(path=path, full_page=True)
-        if os.environ.get("UPDATE_SCREENSHOTS") == "1":  # only the committed copies are cut and quantised (slow)
+        if UPDATE:  # only the committed copies are cut and quantised (slow)
             image = Image.open(path)
             if image.height > MAX_HEIGHT:
                 image = image.crop((0, 0, image.width, MAX_HEIGHT))
