@@ -421,7 +421,10 @@ def expected_selection(data, user_index, vector, message):
     taken = set(always)
     candidates = [i for i in range(len(ids)) if live[i] and i not in taken]
     floor = embeddings.floor("recall")
-    by_vector, sims = reference.vector_ranking(data.vectors[sentences], vector, candidates, ids, floor)
+    # Recall ranks the half-precision copy PostgreSQL keeps of each vector (MemoryFact.embedding_half).
+    by_vector, sims = reference.vector_ranking(
+        data.vectors[sentences], vector, candidates, ids, floor, precision=np.float16
+    )
     texts = {i: data.texts[sentences[i]] for i in candidates}
     by_words = reference.text_ranking(texts, message, candidates, ids)
     limit = max(0, min(cap, memory["TIER2_LIMIT"], cap - len(always)))

@@ -1,9 +1,10 @@
 """An exact reference for recall, written from the specification and sharing no code with memoryapp.recall.
 
-The vector side is plain numpy cosine. The text side is a Python re-statement of what PostgreSQL does
-for `to_tsvector('memory_english', text) @@ to_tsquery('memory_english', 'w1 | w2 | ...')` ranked by
-`ts_rank`: words are lower-cased, their accents removed (the unaccent dictionary), English stop words
-dropped, the rest reduced by the Snowball English stemmer.
+The vector side is plain numpy cosine, of the vectors rounded as they are stored. The text side is a
+Python re-statement of what PostgreSQL does for
+`to_tsvector('memory_english', text) @@ to_tsquery('memory_english', 'w1 | w2 | ...')` ranked by `ts_rank`:
+words are lower-cased, their accents removed (the unaccent dictionary), English stop words dropped,
+the rest reduced by the Snowball English stemmer.
 For an OR query with default weights (every lexeme in weight class D = 0.1), PostgreSQL's
 `calc_rank_or` (src/backend/utils/adt/tsrank.c) scores each query lexeme found in the text as
 0.1 x (1 + 1/2² + … + 1/n²) for its n occurrences, divides that by π²/6 (the series' limit), and
@@ -64,11 +65,18 @@ def text_rank(text, query):
     return sum(per_lexeme) / len(query) if query else 0.0
 
 
-def vector_ranking(vectors, message_vector, candidates, ids, floor):
-    """Candidates at or above the similarity floor, most similar first (ties by id); and all similarities."""
+def vector_ranking(vectors, message_vector, candidates, ids, floor, precision=np.float32):
+    """Candidates at or above the similarity floor, most similar first (ties by id); and all similarities.
+
+    Cosine of the vectors as stored at `precision` (recall ranks half-precision copies: np.float16).
+    """
     # einsum, not `@`: a BLAS call leaves OpenBLAS's threads spinning on both cores for a while
     # afterwards, which slowed the next timed recall's embedding by a third (docs/benchmarks.md).
-    sims = np.einsum("ij,j->i", np.asarray(vectors, dtype=np.float64), np.asarray(message_vector, dtype=np.float64))
+    stored = np.asarray(vectors, dtype=precision).astype(np.float64)
+    message = np.asarray(message_vector, dtype=precision).astype(np.float64)
+    dots = np.einsum("ij,j->i", stored, message)
+    norms = np.sqrt(np.einsum("ij,ij->i", stored, stored)) * np.sqrt(message @ message)
+    sims = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
     ranked = sorted((i for i in candidates if sims[i] >= floor), key=lambda i: (-sims[i], ids[i]))
     return ranked, sims
 

@@ -72,7 +72,7 @@ class MemoryFactAdmin(MemoryReadOnly):
     list_display = ["text", "kind", "scope", "origin", "created_at", "superseded_at", "expired_at"]
     list_filter = ["kind", "scope", "origin"]
     search_fields = ["text"]
-    exclude = ["embedding", "search_vector"]
+    exclude = list(models.MemoryFact.BULKY)
 
 
 @admin.register(models.AgentSession)

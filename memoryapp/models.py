@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Length, Lower
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
-from pgvector.django import CosineDistance, VectorField
+from pgvector.django import CosineDistance, HalfVectorField, VectorField
 
 from memoryapp import clock, embeddings
 from memoryapp.vocabulary import FACT_MAX_CHARS, KINDS, TEXT_SEARCH_CONFIG
@@ -322,9 +322,9 @@ class MemoryFactQuerySet(models.QuerySet):
         return self.filter(superseded_at__isnull=True, expired_at__isnull=True)
 
     def for_display(self):
-        """Without the vector and the word index: pages and answers show text, and those two columns are
-        the largest of a row (1.5 KB of vector; the tsvector is parsed into a string on every read)."""
-        return self.defer("embedding", "search_vector")
+        """Without the vectors and the word index: pages and answers show text, and those columns are the
+        largest of a row (2.3 KB of vectors; the tsvector is parsed into a string on every read)."""
+        return self.defer(*MemoryFact.BULKY)
 
     def with_last_recalled(self):
         """Annotate when each fact was last put in a memory block (newest recall log; recall_fact_idx)."""
@@ -350,9 +350,10 @@ class MemoryFactQuerySet(models.QuerySet):
         return self.filter(embedding_model=model_name)
 
     def nearest(self, vector, floor=None, model_name=None):
-        """Order by cosine similarity to `vector` (exact), keeping those at or above `floor`."""
+        """Order by cosine similarity to `vector` (exact, on the half-precision copy recall ranks by too),
+        keeping those at or above `floor`."""
         qs = self.for_model(model_name or embeddings.model_name()).annotate(
-            distance=CosineDistance("embedding", vector)
+            distance=CosineDistance("embedding_half", vector)
         )
         if floor is not None:
             qs = qs.filter(distance__lte=1 - floor)
@@ -386,6 +387,10 @@ class MemoryFact(models.Model):
     # Dimension-less so each backend stores its own size; embedding_model says which.
     embedding = VectorField(null=True, blank=True)
     embedding_model = models.CharField(max_length=80)
+    # What recall and neighbour search rank by: the vector at half precision (cosine moves by about
+    # 1e-4). Why a copy: it halves each row of fact_user_recall_idx, so a user read cold sits on half
+    # as many leaf pages. Filled from `embedding` on every write by a trigger (migration 0017), never by us.
+    embedding_half = HalfVectorField(null=True, blank=True, editable=False)
     # Full-text side of hybrid recall; computed by PostgreSQL from the text, never written by us.
     search_vector = models.GeneratedField(
         expression=SearchVector("text", config=TEXT_SEARCH_CONFIG), output_field=SearchVectorField(), db_persist=True
@@ -409,6 +414,8 @@ class MemoryFact(models.Model):
     expired_rule = models.CharField(max_length=30, blank=True)
 
     objects = MemoryFactQuerySet.as_manager()
+    # The columns pages never show: the vectors and the word index (for_display and its joins defer them).
+    BULKY = ("embedding", "embedding_half", "search_vector")
 
     class Meta:
         constraints = [
@@ -422,11 +429,21 @@ class MemoryFact(models.Model):
         ]
         indexes = [
             # recall and neighbour search: a user's live facts (exact cosine over a few hundred rows).
-            # INCLUDE holds every column recall ranks by, so recall reads a cold user from a few
-            # neighbouring leaf pages (an index-only scan), not one scattered heap page per fact.
+            # INCLUDE holds every column recall ranks by and shows, so recall reads a cold user from a
+            # few neighbouring leaf pages (an index-only scan), not one scattered heap page per fact.
             models.Index(
                 fields=["user", "kind", "-last_confirmed_at"],
-                include=["id", "scope", "confirmation_count", "embedding_model", "embedding", "search_vector"],
+                include=[
+                    "id",
+                    "org",
+                    "scope",
+                    "text",
+                    "created_at",
+                    "confirmation_count",
+                    "embedding_model",
+                    "embedding_half",
+                    "search_vector",
+                ],
                 condition=Q(superseded_at__isnull=True, expired_at__isnull=True),
                 name="fact_user_recall_idx",
             ),
@@ -626,6 +643,12 @@ class FactEvent(models.Model):
         ]
 
 
+class RecallLogQuerySet(models.QuerySet):
+    def with_facts(self):
+        """Each log row with its fact for display (one join; the fact's bulky columns left behind)."""
+        return self.select_related("fact").defer(*(f"fact__{name}" for name in MemoryFact.BULKY))
+
+
 class RecallLog(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
     # Indexed by recall_session_idx and recall_fact_idx below, which lead with these columns: a
@@ -636,6 +659,8 @@ class RecallLog(models.Model):
     score = models.FloatField(null=True, blank=True)
     position = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=clock.now)
+
+    objects = RecallLogQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "position"]

@@ -49,7 +49,8 @@ class RecallResult:
 # Why one raw statement: recall sits on every agent turn's critical path, and one round trip that
 # reads both tiers and the org section (checking membership or identity) costs a fraction of five ORM queries.
 # It is the same selection as for_user(u).live() / for_org(o).live() with .nearest(): exact cosine
-# over one user's few hundred live facts (fact_user_recall_idx), so no row is lost to an ANN index.
+# (on the half-precision copy, MemoryFact.embedding_half) over one user's few hundred live facts
+# (fact_user_recall_idx), so no row is lost to an ANN index.
 _FACT_FIELDS = ["id", "user_id", "org_id", "scope", "text", "kind", "created_at", "last_confirmed_at"]
 _FACT_COLUMNS = ", ".join(f"f.{name}" for name in _FACT_FIELDS)
 _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
@@ -78,14 +79,13 @@ _HYBRID = """{name}_by_vector AS (
 # halved tier 1's time at 1,000 facts (1.3 -> 0.7 ms).
 # Why `mine` is materialised: both tiers rank the same rows, the user's live personal facts. Reading
 # them once (the distance computed there) and ranking the copy halved the statement's buffer reads.
-# Why `mine` reads no text: every column it names is in fact_user_recall_idx, so PostgreSQL reads a
-# user's live facts from that index alone (an index-only scan: a few neighbouring leaf pages), not
-# from one heap page per fact, which facts arriving over months scatter among everyone else's. Only
-# the twenty or so chosen facts are then read from the heap, by primary key (`personal`).
+# Why every column `mine` names is in fact_user_recall_idx: PostgreSQL then reads a user's live facts,
+# the chosen ones' text too, from that index alone (an index-only scan: a few neighbouring leaf pages),
+# not from one heap page per fact, which facts arriving over months scatter among everyone else's.
 _TIER1_SQL = f"""mine AS MATERIALIZED (
-    SELECT f.id, f.kind, f.last_confirmed_at, f.confirmation_count, f.embedding_model = %(model)s AS comparable,
+    SELECT {_FACT_COLUMNS}, f.confirmation_count, f.embedding_model = %(model)s AS comparable,
         -- only vectors of the message's model are compared (another model's may differ in size)
-        CASE WHEN f.embedding_model = %(model)s THEN f.embedding <=> %(vector)s::vector END AS distance,
+        CASE WHEN f.embedding_model = %(model)s THEN f.embedding_half <=> %(vector)s::vector::halfvec END AS distance,
         f.search_vector
     FROM memoryapp_memoryfact f
     WHERE f.user_id = %(user)s AND f.scope = 'personal' AND {_LIVE}
@@ -113,10 +113,10 @@ WITH {_TIER1_SQL}, personal_pool AS (
     ORDER BY h.rrf DESC, h.id
     LIMIT GREATEST(0, LEAST(%(tier2)s, %(cap)s - (SELECT count(*) FROM always)))
 ), personal AS (
-    SELECT {_FACT_COLUMNS}, c.distance, c.tier FROM (
+    SELECT {_FACT_COLUMNS.replace("f.", "m.")}, c.distance, c.tier FROM (
         SELECT id, distance, tier, 1 AS part, position FROM always
         UNION ALL SELECT id, distance, tier, 2, position FROM relevant
-    ) c JOIN memoryapp_memoryfact f ON f.id = c.id
+    ) c JOIN mine m ON m.id = c.id
     ORDER BY c.part, c.position
 ), org_room AS (
     SELECT CASE WHEN EXISTS (
@@ -131,7 +131,7 @@ WITH {_TIER1_SQL}, personal_pool AS (
     ORDER BY f.last_confirmed_at DESC, f.id
     LIMIT (SELECT room FROM org_room)
 ), org_pool AS (
-    SELECT f.id, f.embedding <=> %(vector)s::vector AS distance, f.search_vector
+    SELECT f.id, f.embedding_half <=> %(vector)s::vector::halfvec AS distance, f.search_vector
     FROM memoryapp_memoryfact f
     WHERE f.org_id = %(org)s AND f.scope = 'org' AND {_LIVE} AND f.embedding_model = %(model)s
         AND f.id NOT IN (SELECT id FROM org_always)
@@ -278,10 +278,7 @@ def in_block_order(chosen):
 def _cached(session):
     """The stored block and what it holds, or None when a fact in it has since left live memory."""
     logs = list(
-        RecallLog.objects.filter(session=session, created_at=session.memory_block_at)
-        .select_related("fact")
-        .defer("fact__embedding", "fact__search_vector")
-        .order_by("position")
+        RecallLog.objects.filter(session=session, created_at=session.memory_block_at).with_facts().order_by("position")
     )
     # A fact the user deleted (its log rows go with it), corrected, or that expired must not keep
     # being injected for the rest of the session: recompute instead.

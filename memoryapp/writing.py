@@ -21,7 +21,6 @@ from memoryapp.models import (
     OrgFactProposal,
     Turn,
 )
-from memoryapp.vocabulary import TEXT_SEARCH_CONFIG
 
 # Advisory-lock namespaces (first key of pg_advisory_xact_lock(int, int)).
 USER_LOCK = 1001
@@ -51,20 +50,6 @@ class Checked:
         return self.judgement.outcome == "pending"
 
 
-# fact_user_recall_idx keeps each fact's vector and search words in one index row, which PostgreSQL
-# caps at 2,704 bytes; beside them the other columns take at most about 160 (an 80-character model
-# name). Only contrived text (a hundred one-letter words) has search words that do not fit.
-INDEX_ROW_BYTES = 2704
-INDEX_ROW_OTHER_BYTES = 160
-
-
-def _fits_the_recall_index(text, vector):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_column_size(to_tsvector(%s::regconfig, %s))", [TEXT_SEARCH_CONFIG, text])
-        words = cursor.fetchone()[0]
-    return words + 8 + 4 * len(vector) + INDEX_ROW_OTHER_BYTES <= INDEX_ROW_BYTES
-
-
 def check(text, kind, vectors=None):
     """Validate, embed and judge a candidate once; FactRejected when it can never be a fact.
 
@@ -80,8 +65,6 @@ def check(text, kind, vectors=None):
         raise FactRejected(problem)
     vector, minilm = vectors or (None, None)
     vector = embeddings.embed(text) if vector is None else vector
-    if not _fits_the_recall_index(text, vector):
-        raise FactRejected("a fact is one sentence; this text has too many separate words to remember as one")
     if minilm is None:
         minilm = vector if embeddings.model_name() == embeddings.MINILM_NAME else embeddings.minilm_vector(text)
     judgement = validation.judge(text, kind, vector=minilm)

@@ -51,12 +51,7 @@ def prompt(request: HttpRequest, payload: PromptIn):
 def session_recall(request: HttpRequest, session_id: uuid.UUID):
     """What was injected into this session's memory block, and why (tier, score)."""
     session = get_session(request, session_id)
-    logs = (
-        RecallLog.objects.filter(session=session)
-        .select_related("fact")
-        .defer("fact__embedding", "fact__search_vector")
-        .order_by("created_at", "position")
-    )
+    logs = RecallLog.objects.filter(session=session).with_facts().order_by("created_at", "position")
     return Status(
         200,
         {

@@ -592,12 +592,7 @@ def conversation(request, session_id):
             continue
         seen.add((ev.action, ev.fact_id))
         taught[ev.action].append({"event": ev, "fact": facts.get(ev.fact_id)})
-    logs = (
-        RecallLog.objects.filter(user=request.user, session=session)
-        .select_related("fact")
-        .defer("fact__embedding", "fact__search_vector")
-        .order_by("created_at", "position")
-    )
+    logs = RecallLog.objects.filter(user=request.user, session=session).with_facts().order_by("created_at", "position")
     # The messages facts were learned from, unnested in SQL: one row per message, not per fact
     # (a conversation can be the source of hundreds of facts).
     source_ordinals = set(
