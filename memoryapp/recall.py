@@ -53,6 +53,7 @@ class RecallResult:
 # (fact_user_recall_idx), so no row is lost to an ANN index.
 _FACT_FIELDS = ["id", "user_id", "org_id", "scope", "text", "kind", "created_at", "last_confirmed_at"]
 _FACT_COLUMNS = ", ".join(f"f.{name}" for name in _FACT_FIELDS)
+_MINE_COLUMNS = ", ".join(f"m.{name}" for name in _FACT_FIELDS)  # the same, from `mine`
 _LIVE = "f.superseded_at IS NULL AND f.expired_at IS NULL"
 # Tier 2 is hybrid: facts above the similarity floor ranked by exact cosine, and facts sharing words
 # with the message ranked by full-text rank, fused by reciprocal rank (k = RRF_K). On LoCoMo this
@@ -113,7 +114,7 @@ WITH {_TIER1_SQL}, personal_pool AS (
     ORDER BY h.rrf DESC, h.id
     LIMIT GREATEST(0, LEAST(%(tier2)s, %(cap)s - (SELECT count(*) FROM always)))
 ), personal AS (
-    SELECT {_FACT_COLUMNS.replace("f.", "m.")}, c.distance, c.tier FROM (
+    SELECT {_MINE_COLUMNS}, c.distance, c.tier FROM (
         SELECT id, distance, tier, 1 AS part, position FROM always
         UNION ALL SELECT id, distance, tier, 2, position FROM relevant
     ) c JOIN mine m ON m.id = c.id

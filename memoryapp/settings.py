@@ -336,8 +336,9 @@ EMBEDDING_THREADS = max(1, env_int("EMBEDDING_THREADS", 1))
 VOYAGE_API_KEY = env("VOYAGE_API_KEY")
 VOYAGE_MODEL = env("VOYAGE_MODEL", "voyage-3.5-lite")
 # Voyage vectors are asked for at 256 dimensions. Recall's covering index (fact_user_recall_idx) keeps
-# each vector in an index row, which PostgreSQL caps at 2,704 bytes: 384 floats (MiniLM's) beside the
-# longest fact's words fit, 512 do not. Only Voyage's models with a choice of size are accepted.
+# each vector at half precision in an index row, beside the fact's text and words, which PostgreSQL caps
+# at 2,704 bytes: 256 dimensions keep that row no bigger than MiniLM's 384. Only Voyage's models with a
+# choice of size are accepted.
 VOYAGE_DIMENSIONS = 256
 VOYAGE_MODELS = ("voyage-3.5-lite", "voyage-3.5", "voyage-3-large", "voyage-code-3")
 if EMBEDDING_BACKEND == "voyage" and VOYAGE_MODEL not in VOYAGE_MODELS:

@@ -33,8 +33,8 @@ def fill_old_rows(apps, schema_editor):
         blocks = cursor.fetchone()[0]
         for start in range(0, blocks + 1, BATCH_BLOCKS):
             cursor.execute(
-                "UPDATE memoryapp_memoryfact SET embedding_half = embedding::halfvec WHERE ctid >= %s::tid AND ctid < %s::tid"
-                " AND embedding IS NOT NULL AND embedding_half IS NULL",
+                "UPDATE memoryapp_memoryfact SET embedding_half = embedding::halfvec"
+                " WHERE ctid >= %s::tid AND ctid < %s::tid AND embedding IS NOT NULL AND embedding_half IS NULL",
                 [f"({start},0)", f"({start + BATCH_BLOCKS},0)"],
             )
 
