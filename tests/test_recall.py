@@ -1,5 +1,6 @@
 """The read path: two tiers under a budget, once per session, explainable, and never a stale fact."""
 
+import importlib
 import re
 from datetime import timedelta
 from io import StringIO
@@ -613,6 +614,25 @@ def test_the_half_precision_copy_follows_the_vector_however_a_fact_is_written(or
     nearest = list(MemoryFact.objects.filter(user=alice).nearest(embeddings.embed("The user lives in Lisbon.")))
     assert [f.id for f in nearest[:2]] in ([stored.id, planted.id], [planted.id, stored.id])
     assert all(f.distance < 1e-3 for f in nearest[:2])
+
+
+def test_facts_stored_before_the_upgrade_get_their_copy_and_are_recalled(org):
+    """Migration 0017 fills `embedding_half` for rows written before its trigger existed; until then such a
+    fact has no distance, and recall would never rank it as relevant."""
+    alice = _user(org)
+    old = writing.store(alice, "The user keeps bees on the roof.", "profile").fact
+    with connection.cursor() as cursor:  # as the row was before the upgrade: no copy, no trigger to add one
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE waits for no deferred check
+        cursor.execute("ALTER TABLE memoryapp_memoryfact DISABLE TRIGGER fact_half")
+        cursor.execute("UPDATE memoryapp_memoryfact SET embedding_half = NULL WHERE id = %s", [old.id])
+        cursor.execute("ALTER TABLE memoryapp_memoryfact ENABLE TRIGGER fact_half")
+    assert not MemoryFact.objects.filter(user=alice).nearest(embeddings.embed("bees")).exclude(distance=None).exists()
+
+    migration = importlib.import_module("memoryapp.migrations.0017_fact_half_vectors")
+    with connection.schema_editor(atomic=False) as editor:
+        migration.fill_old_rows(None, editor)
+    nearest = MemoryFact.objects.filter(user=alice).nearest(embeddings.embed("The user keeps bees on the roof."))
+    assert [(f.id, f.distance < 1e-3) for f in nearest] == [(old.id, True)]
 
 
 def test_the_bulkiest_fact_fits_its_index_row_and_is_stored(org, api):
