@@ -7,9 +7,9 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test install install-dev browser lint check clean stop
 
-# No fallback key in the code: a random one is generated into .data/secret_key on first use.
-SECRET_KEY ?= $(shell scripts/secret_key)
-export SECRET_KEY
+# No fallback key in the code: a random one is generated into .data/secret_key on first use, for the
+# commands that run the app (the tests make their own, and write nothing into .data/).
+run lint stop: export SECRET_KEY ?= $(shell scripts/secret_key)
 
 # What runs (requirements.txt), then the tools for tests, lint and benchmarks on top.
 # The Python client (clients/python) too: the README's agent examples import it from .venv/.

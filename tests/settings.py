@@ -14,19 +14,26 @@ os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 
 def _test_data_dir():
-    """A temporary MEMORYAPP_DATA_DIR, so no test writes into the checkout's .data/ (the demo key, static files,
-    model and broker folders). Its pg/ is a link to the checkout's embedded PostgreSQL: that server is shared
-    infrastructure (starting a fresh cluster costs seconds), not test output. Set in os.environ before the
-    settings are read, so pytest-xdist workers and the servers and commands the tests start use the same one."""
+    """A temporary MEMORYAPP_DATA_DIR, so no test writes into the checkout's .data/ (the demo key, the
+    database, static files, model and broker folders). The tests' embedded PostgreSQL starts in its pg/ on
+    first use (about a second) and is stopped when the run ends. Set in os.environ before the settings are
+    read, so pytest-xdist workers and the servers and commands the tests start use the same one."""
     checkout_data = Path(__file__).resolve().parent.parent / ".data"
     data = Path(tempfile.mkdtemp(prefix="memoryapp-test-data-"))
-    atexit.register(shutil.rmtree, data, ignore_errors=True)  # only the process that made it (xdist's controller)
-    (checkout_data / "pg").mkdir(parents=True, exist_ok=True)
-    (data / "pg").symlink_to(checkout_data / "pg", target_is_directory=True)
+    # atexit runs last-registered first: stop the server, then remove its folder. Only the process that
+    # made the folder (xdist's controller) registers either.
+    atexit.register(shutil.rmtree, data, ignore_errors=True)
+    atexit.register(_stop_embedded_server)
     # The quantized embedding model is a cache built from a pinned file (seconds): reuse the checkout's by copy.
     if (checkout_data / "models").is_dir():
         shutil.copytree(checkout_data / "models", data / "models", ignore=shutil.ignore_patterns("*.lock", "*.partial"))
     return str(data)
+
+
+def _stop_embedded_server():
+    from memoryapp import db
+
+    db.embedded_stop()
 
 
 if "MEMORYAPP_DATA_DIR" not in os.environ:
