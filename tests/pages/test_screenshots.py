@@ -183,7 +183,7 @@ def test_every_page_for_every_audience_with_no_axe_violation(browser, live_serve
     page.locator("details.menu summary").click()
     page.locator(".menu-panel").wait_for()
     page.screenshot(path=picture("me-phone-menu-375"))
-    for _ in pages:
+    for _ in pages:  # the rest of the walk: each page is shot as the generator reaches it
         pass
     assert not problems, "\n".join(problems)
     assert not axe_problems, "\n".join(axe_problems)
