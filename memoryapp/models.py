@@ -654,7 +654,12 @@ class RecallLog(models.Model):
     # Indexed by recall_session_idx and recall_fact_idx below, which lead with these columns: a
     # recall inserts ~20 log rows on the agent's critical path, so no index is written twice.
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="recall_logs", db_index=False)
-    fact = models.ForeignKey(MemoryFact, on_delete=models.CASCADE, related_name="recall_logs", db_index=False)
+    # No constraint in the database: checking one locked each quoted fact's row, a cold read and a
+    # page written per fact on the agent's critical path. Deleting a fact still deletes its log rows
+    # (Django cascades), and writing.hold_for_recall keeps deletions out of a recall in progress.
+    fact = models.ForeignKey(
+        MemoryFact, on_delete=models.CASCADE, related_name="recall_logs", db_index=False, db_constraint=False
+    )
     tier = models.CharField(max_length=8)  # always | relevant | org
     score = models.FloatField(null=True, blank=True)
     position = models.PositiveSmallIntegerField(default=0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from pgvector import Vector
 
 from memoryapp import clock, embeddings, writing
@@ -319,6 +319,13 @@ MESSAGE_KEPT_CHARS = 2000  # enough for a reviewer to judge relevance
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
 
+HOLD_ATTEMPTS = 3  # times a recall gives everything back to let a writer finish, then it waits holding its row
+
+
+class _WriterBusy(Exception):
+    """A writer holds the session owner's lock: give the transaction back and wait for it."""
+
+
 def recall(session, message, refresh=False, vector=None):
     """The memory block for a session: computed on first use and reused unless `refresh`.
 
@@ -330,14 +337,30 @@ def recall(session, message, refresh=False, vector=None):
         cached = _cached(session)
         if cached is not None:
             return cached
+    if vector is None and message and message.strip():
+        vector = embeddings.embed(message)  # the model call, before anything is held
+    # Inside a caller's transaction the setting would outlive ours, so leave it alone there.
+    relax = not connection.in_atomic_block
+    for attempt in range(HOLD_ATTEMPTS + 1):
+        try:
+            # Why a transaction: the facts chosen must still exist when the block quoting them is
+            # stored, and the log names them without a foreign key (writing.hold_for_recall).
+            with transaction.atomic():
+                if not writing.hold_for_recall(session, wait=attempt == HOLD_ATTEMPTS):
+                    raise _WriterBusy
+                return _select_and_store(session, message, vector, relax)
+        except _WriterBusy:
+            writing.wait_for_writers(session)
+
+
+def _select_and_store(session, message, vector, relax):
+    """Choose, render and store the block in the open transaction (the winner's, if another recall stored first)."""
     chosen = in_block_order(select(session.user_id, message, org=session.org_id, vector=vector))
     block = render(chosen, session.org if any(s.tier == "org" for s in chosen) else None)
     now = clock.now()
-    # Inside a caller's transaction the setting would outlive this statement, so leave it alone there.
-    sql = STORE_SQL.format(relax="" if connection.in_atomic_block else RELAX_COMMIT)
     with connection.prepared_cursor() as cursor:
         cursor.execute(
-            sql,
+            STORE_SQL.format(relax=RELAX_COMMIT if relax else ""),
             {
                 "block": block,
                 "now": now,

@@ -99,6 +99,57 @@ def lock_org(org_id):
         cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ORG_LOCK, int(org_id)])
 
 
+# The session's row first, then the shared side of the write locks of its user and org, only if
+# free. Why: erasure takes the user's session rows and then the user's lock, so a recall
+# holding the row must never wait for that lock (a deadlock); it gives everything back and waits
+# with nothing held (wait_for_writers). MATERIALIZED keeps the row lock ahead of the tries.
+_HOLD_FOR_RECALL = """
+WITH s AS MATERIALIZED (
+    SELECT id FROM memoryapp_agentsession WHERE id = %(session)s AND user_id = %(user)s::int FOR NO KEY UPDATE
+)
+SELECT {tries} FROM s
+"""
+
+
+def _owner_locks(session, function, sep):
+    """The SQL calling `function` on the session's user lock and, for an org session, the org's."""
+    owners = [("user_lock", "user")] + ([("org_lock", "org")] if session.org_id else [])
+    return sep.join(f"{function}(%({lock})s::int, %({owner})s::int)" for lock, owner in owners)
+
+
+def _recall_locks(session):
+    ids = {"session": session.id, "user": session.user_id, "org": session.org_id}
+    return {**ids, "user_lock": USER_LOCK, "org_lock": ORG_LOCK}
+
+
+def hold_for_recall(session, wait=False):
+    """Inside a transaction: lock the session's row, then share its owners' write locks if no writer
+    holds them (or, with `wait`, once they let go). False: give the transaction back, `wait_for_writers`.
+
+    Why: the recall log names the facts it quoted without a foreign key (checking one locked each
+    fact's row: a cold page read and a page written per fact at scale). Deleters hold the owner's
+    lock exclusively, so a fact cannot be deleted, and its text scrubbed from blocks, between a
+    recall choosing it and storing the block that quotes it.
+    """
+    with connection.prepared_cursor() as cur:  # on every recall: planned once per connection
+        tries = _owner_locks(session, "pg_try_advisory_xact_lock_shared", " AND ")
+        cur.execute(_HOLD_FOR_RECALL.format(tries=tries), _recall_locks(session))
+        row = cur.fetchone()
+        if row is None or row[0]:  # None: the session is gone, so nothing will be stored
+            return True
+        if not wait:
+            return False
+    # Rare (a writer won every try): wait holding the row; PostgreSQL breaks a deadlock, if any.
+    wait_for_writers(session)
+    return True
+
+
+def wait_for_writers(session):
+    """Wait until no writer holds the session's owners' write locks (outside hold_for_recall's transaction)."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {_owner_locks(session, 'pg_advisory_xact_lock_shared', ', ')}", _recall_locks(session))
+
+
 def memory_enabled(user):
     """The user's memory switch (on unless they turned it off)."""
     try:
