@@ -7,9 +7,6 @@ each of those threads kept one until the server refused new clients ("too many c
 
 import concurrent.futures
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -22,7 +19,7 @@ from psycopg_pool import PoolTimeout
 from bench.common import stop_processes
 from memoryapp import sessions
 from memoryapp.models import Organization
-from tests.conftest import BASE_DIR, worker_database_url
+from tests.conftest import BASE_DIR, start_uvicorn, worker_database_url
 
 POOL_MAX = 3
 WORKERS = 2
@@ -33,15 +30,8 @@ def _with_query(url, **params):
     return url + ("&" if "?" in url else "?") + urllib.parse.urlencode(params)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(transactional_db):
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ANTHROPIC_API_KEY", "DATABASE_URL")}
     env.update(
         DATABASE_URL=_with_query(worker_database_url(), application_name=SERVER_NAME),
@@ -52,18 +42,7 @@ def server(transactional_db):
         DJANGO_SETTINGS_MODULE="memoryapp.settings",
         PYTHONPATH=str(BASE_DIR),
     )
-    cmd = [sys.executable, "-m", "uvicorn", "memoryapp.asgi:application", "--port", str(port)]
-    proc = subprocess.Popen([*cmd, "--workers", str(WORKERS), "--log-level", "warning"], cwd=BASE_DIR, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.2)
+    proc, base = start_uvicorn(env, "--workers", str(WORKERS))
     yield base
     stop_processes([proc], timeout=10)
 
@@ -90,18 +69,19 @@ def test_a_flood_of_made_up_keys_holds_at_most_the_pools_connections_and_valid_a
         connection.close()  # this thread's own connection
 
     def bogus(i):
-        with httpx.Client(base_url=server, timeout=30) as http:
-            made_up = [{"Authorization": f"Bearer mem_madeup{i}x{n}"} for n in range(20)]
-            return [http.get(f"/api/v1/users/u{i}/facts", headers=h).status_code for h in made_up]
+        made_up = [{"Authorization": f"Bearer mem_madeup{i}x{n}"} for n in range(20)]
+        return [http.get(f"/api/v1/users/u{i}/facts", headers=h).status_code for h in made_up]
 
     def valid(i):
-        with httpx.Client(base_url=server, timeout=30, headers={"Authorization": f"Bearer {key}"}) as http:
-            return [http.get(f"/api/v1/users/person{i}/facts").status_code for _ in range(10)]
+        valid_key = {"Authorization": f"Bearer {key}"}
+        return [http.get(f"/api/v1/users/person{i}/facts", headers=valid_key).status_code for _ in range(10)]
 
     watcher = threading.Thread(target=watch)
     watcher.start()
+    # One client shared by the 36 callers (it is thread-safe, with a connection each in flight): a
+    # client apiece cost ~30 ms of CPU each to build its TLS context.
     try:
-        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        with httpx.Client(base_url=server, timeout=30) as http, concurrent.futures.ThreadPoolExecutor(40) as pool:
             flood = [pool.submit(bogus, i) for i in range(32)]
             agents = [pool.submit(valid, i) for i in range(4)]
             flood_codes = [c for f in flood for c in f.result()]
