@@ -6,7 +6,7 @@ The recall log names facts without a foreign key, so the owner's write lock is w
 import threading
 
 import pytest
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from memoryapp import embeddings, recall, sessions, writing
 from memoryapp.models import AgentSession, FactEvent, MemoryFact, RecallLog
@@ -60,7 +60,10 @@ def test_a_fact_deleted_while_a_recall_is_building_its_block_waits_then_leaves_n
     assert RecallLog.objects.filter(session=session).count() == 1  # the deleted fact's row went with it
 
 
-def test_a_recall_started_during_a_deletion_waits_for_it_holding_nothing(org, alice):
+@pytest.mark.parametrize("gives_way", [True, False], ids=["with nothing held", "holding its row, tries used up"])
+def test_a_recall_started_during_a_deletion_waits_for_it(org, alice, monkeypatch, gives_way):
+    if not gives_way:
+        monkeypatch.setattr(recall, "HOLD_ATTEMPTS", 0)  # the rare last attempt: it waits holding its row
     session = sessions.open_session(org, alice)
     locked, go = threading.Event(), threading.Event()
 
@@ -77,9 +80,14 @@ def test_a_recall_started_during_a_deletion_waits_for_it_holding_nothing(org, al
     recalling = in_thread(lambda: recall.recall(session, "hi"), results, "recall")
     recalling.join(0.5)
     assert recalling.is_alive(), "the recall did not wait for the deletion"
-    # Waiting, it holds no row: erasure, which takes the session rows before the user's lock, goes on.
+    # Giving way, it holds no row: erasure, which takes the session rows before the user's lock, goes on.
     with transaction.atomic():  # NOWAIT: raises if any transaction holds the session's row
-        assert list(AgentSession.objects.select_for_update(nowait=True).filter(id=session.id).values_list("id"))
+        rows = AgentSession.objects.select_for_update(nowait=True).filter(id=session.id).values_list("id")
+        if gives_way:
+            assert list(rows)
+        else:
+            with pytest.raises(DatabaseError), transaction.atomic():
+                list(rows)
 
     go.set()
     deleting.join(30)
