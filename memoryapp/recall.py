@@ -179,6 +179,13 @@ def tier1_ids(user):
         return dict(cursor.fetchall())
 
 
+def _message_vector(message, vector):
+    """`vector` if given, else the message's embedding; None for an empty message (nothing to compare)."""
+    if vector is None and message and message.strip():
+        return embeddings.embed(message)
+    return vector
+
+
 def select(user, message, org=None, vector=None):
     """Pick facts under the budget: always-on personal, relevant personal, then the org tier.
 
@@ -187,8 +194,7 @@ def select(user, message, org=None, vector=None):
     """
     memory = settings.MEMORY
     cap = memory["RECALL_CAP"]
-    if vector is None and message and message.strip():
-        vector = embeddings.embed(message)
+    vector = _message_vector(message, vector)
     params = {
         **_tier1_params(user, vector),
         "org": getattr(org, "id", org),
@@ -337,8 +343,7 @@ def recall(session, message, refresh=False, vector=None):
         cached = _cached(session)
         if cached is not None:
             return cached
-    if vector is None and message and message.strip():
-        vector = embeddings.embed(message)  # the model call, before anything is held
+    vector = _message_vector(message, vector)  # the model call, before anything is held
     # Inside a caller's transaction the setting would outlive ours, so leave it alone there.
     relax = not connection.in_atomic_block
     for attempt in range(HOLD_ATTEMPTS + 1):
