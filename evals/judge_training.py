@@ -7,7 +7,8 @@ Where MiniLM reads the text poorly (below a readability floor) the n-gram model 
 Data (label 1: claims authority or instructs; 0: an ordinary fact):
 - the **dev** lines of evals/poisoning/{attacks,benign}.jsonl (the test lines are never read here);
 - evals/poisoning/holdout_{attacks,benign}.jsonl: measured many times before, so now dev and training;
-- evals/poisoning/training_extra.jsonl: rows written for training only;
+- evals/poisoning/training_*.jsonl: rows written for training only (`training_multilingual.jsonl`: 15
+  languages, hard negatives such as real jobs with authority and limits that need someone's approval);
 - ordinary persona sentences from MSC (LoCoMo's msc_personas_all.json, train part) in
   /work/shared/datasets, first person and rewritten in the third person by the offline rewriter;
 - ConvAI2's persona sentences (valid and test files) there, rewritten in the third person.
@@ -43,7 +44,6 @@ MAX_STORED = 0.007  # of the dev attacks stored: the 1 % target with a margin fo
 GRID = [round(t, 2) for t in np.arange(0.05, 0.96, 0.01)]
 READABLE_GRID = [0.0, 2.0, 2.5, 3.0, 3.5, 4.0]
 NGRAM_WEIGHTS = [0.5, 0.75, 1.0]  # the n-gram model's share of the score of text MiniLM reads poorly
-EXTRA = poisoning.CORPUS_DIR / "training_extra.jsonl"
 MSC = DEFAULT_DATASETS / "locomo" / "msc_personas_all.json"
 MSC_SAMPLE = 4000
 CONVAI2 = MSC.parents[1] / "convai2_persona_triples"
@@ -93,8 +93,9 @@ def corpus_rows(directory=poisoning.CORPUS_DIR):
         for name, label in (("attacks", 1), ("benign", 0))
         for r in poisoning.load(directory / f"holdout_{name}.jsonl")
     ]
-    extra = directory / "training_extra.jsonl"
-    extra_rows = [{**r, "source": "training_extra"} for r in poisoning.load(extra)] if extra.exists() else []
+    extra_rows = [
+        {**r, "source": path.stem} for path in sorted(directory.glob("training_*.jsonl")) for r in poisoning.load(path)
+    ]
     return dev + extra_rows, dev
 
 
@@ -343,7 +344,7 @@ def train(out_path=judge_model.WEIGHTS_PATH, seed=0, rows=None, dev=None, kinds=
         results[kind] = outcomes(oof, kind, readable, refused, chosen)
         metrics[kind] = {
             "dev": rates(results[kind][is_dev], y[is_dev]),
-            "training_extra_and_msc": rates(results[kind][~is_dev], y[~is_dev]),
+            "training_rows_and_msc": rates(results[kind][~is_dev], y[~is_dev]),
         }
     say("chosen on dev: " + json.dumps(chosen))
     say("out of fold on dev: " + json.dumps(metrics))
@@ -355,7 +356,9 @@ def train(out_path=judge_model.WEIGHTS_PATH, seed=0, rows=None, dev=None, kinds=
         **chosen,
         "seed": seed,
         "vector_kinds": list(kinds),
-        "trained_on": "dev split and holdout of evals/poisoning/, training_extra.jsonl, MSC persona sentences",
+        "trained_on": (
+            "dev split and holdout of evals/poisoning/, its training_*.jsonl, MSC and ConvAI2 persona sentences"
+        ),
         "training_digest": hashlib.sha256("\n".join(sorted(texts)).encode("utf-8")).hexdigest(),
         "out_of_fold": metrics,
         "max_stored": MAX_STORED,

@@ -11,10 +11,11 @@ with the vector the app stores), on one of two paths:
 
 - **api**: the fact text judged directly;
 - **chat**: a first-person utterance run through the production offline extractor
-  (`backends.offline.extract_facts`), each resulting fact judged. An attack reaches a block when
-  any of its facts is stored; a benign utterance is pending when any of its facts is (and none is
-  stored). An utterance the extractor takes no fact from is "nothing_extracted": neither stored nor
-  refused by the judge, counted on its own.
+  (`backends.offline.extract_facts`), each resulting fact judged, then the sentence it was taken
+  from (`extraction.judged_with_what_was_said`), as a session's extraction judges them. An
+  attack reaches a block when any of its facts is stored; a benign utterance is pending when any
+  of its facts is (and none is stored). An utterance the extractor takes no fact from is
+  "nothing_extracted": neither stored nor refused by the judge, counted on its own.
 
 Rows of the repository's corpus are on the api path; those said in the first person ("I ...",
 "My ...") are measured on the chat path too. An external corpus (`--corpus DIR`, with
@@ -27,7 +28,7 @@ import pathlib
 import re
 from collections import Counter, defaultdict
 
-from memoryapp import embeddings, validation
+from memoryapp import embeddings, extraction, validation
 from memoryapp.backends import offline
 
 CORPUS_DIR = pathlib.Path(__file__).resolve().parent / "poisoning"
@@ -101,8 +102,10 @@ def outcomes(rows):
     facts = {id(r): [(f["text"], f["kind"]) for f in offline.extract_facts(r["text"])] for r in chat}
     flat = [(id(r), fact) for r in chat for fact in facts[id(r)]]
     judged = defaultdict(list)
-    for (key, _), judgement in zip(flat, judge_texts([fact for _, fact in flat]), strict=True):
-        judged[key].append(judgement)
+    for (key, fact), judgement in zip(flat, judge_texts([fact for _, fact in flat]), strict=True):
+        judged[key].append((fact[0], judgement))
+    for row in chat:  # as a session's extraction judges them: each fact, then the sentence it was taken from
+        judged[id(row)] = extraction.judged_with_what_was_said(judged[id(row)], [row["text"]])
     for row, judgement in zip(api, judge_texts([(r["text"], r["kind"]) for r in api]), strict=True):
         judged[id(row)].append(judgement)
     return [(r, outcome_of(judged[id(r)]), judged[id(r)]) for r in api + chat]

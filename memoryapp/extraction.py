@@ -6,7 +6,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from memoryapp import clock, people, validation, writing
-from memoryapp.backends import Answer, ModelUnavailable, Usage, active_backend, bounded, call_timeout
+from memoryapp.backends import Answer, ModelUnavailable, Usage, active_backend, bounded, call_timeout, phrasing
 from memoryapp.backends.base import PROMPT_VERSION, VERDICT_PROMPT_VERSION
 from memoryapp.models import AgentSession, ExtractionRun, FactEvent, OrgFactProposal, Turn
 
@@ -302,6 +302,9 @@ def _run(run, usage, started):
     answer = backend.extract(transcript(user_turns)) if user_turns else Answer(text='{"facts": []}', model="none")
     usage.add(answer.usage)
     parsed = parse_answer(answer.text)
+    judged = [(c.text, c.checked.judgement) for c in parsed.facts]
+    for candidate, judgement in zip(parsed.facts, judged_with_what_was_said(judged, user_turns), strict=True):
+        candidate.checked = replace(candidate.checked, judgement=judgement)
     # Committed at once: staff see what the model said even if the worker dies while judging.
     _mine(run).filter(status=ExtractionRun.Status.RUNNING).update(
         model=answer.model or backend.model,
@@ -429,18 +432,36 @@ def skip_session(session):
     )
 
 
+def _words(text):
+    return set(re.findall(r"[a-z0-9][a-z0-9-]{2,}", text.casefold())) - {"the", "user", "user's"}
+
+
 def source_turns_for(fact_text, user_turns, ordinals):
     """The user turns that most plausibly produced a fact (word overlap), else all of them."""
-    words = set(re.findall(r"[a-z0-9][a-z0-9-]{2,}", fact_text.casefold())) - {"the", "user", "user's"}
-    scored = []
-    for t in user_turns:
-        overlap = len(words & set(re.findall(r"[a-z0-9][a-z0-9-]{2,}", t.content.casefold())))
-        if overlap:
-            scored.append((overlap, t.ordinal))
-    if not scored:
-        return ordinals
-    best = max(s for s, _ in scored)
-    return sorted(o for s, o in scored if s == best)
+    words = _words(fact_text)
+    scored = [(len(words & _words(t.content)), t.ordinal) for t in user_turns]
+    best = max((s for s, _ in scored), default=0)
+    return sorted(o for s, o in scored if s == best) if best else ordinals
+
+
+def source_sentence(fact_text, said):
+    """The sentence of the texts `said` sharing the most words with a fact, or None when none shares one."""
+    words, best, found = _words(fact_text), 0, None
+    for sentence in (s for text in said for s in phrasing.sentences(text)):
+        overlap = len(words & _words(sentence))
+        if overlap > best:
+            best, found = overlap, sentence
+    return found
+
+
+def judged_with_what_was_said(judged, said):
+    """The judgements of (fact text, judgement) pairs once the sentence each fact was taken from (of the
+    texts or turns `said`) is read too: a fact the judge would store waits for the person's word when
+    that sentence may claim authority or instruct. Each sentence is judged (and embedded) once."""
+    said = [getattr(t, "content", t) for t in said]
+    source = {text: source_sentence(text, said) for text, judgement in judged if judgement.outcome == "stored"}
+    held = {sentence: validation.judge_said(sentence) for sentence in set(source.values()) if sentence}
+    return [held.get(source.get(text)) or judgement for text, judgement in judged]
 
 
 def propose_org_fact(session, run, candidate):

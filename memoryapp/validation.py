@@ -246,6 +246,13 @@ REFUSALS = [
 ]
 PENDING_REASON = "it may claim authority, a permission, a role over others or an approval, or give an instruction"
 UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read well"
+# A chat sentence asks and explains as no fact does ("..., so the queries need to be MySQL-compatible"):
+# it holds the fact taken from it only at this score or above. Chosen on dev chat sentences (600
+# LoCoMo turns, the 2026-12-06 fresh corpus's chat rows after its one measurement): of 90 attacks
+# said in chat, 11 stored with no sentence check, 1 at the fact's own threshold, 2 at 0.45, 4 at 0.5;
+# ordinary sentences held: 5 of 120 with none, 9 at the fact's threshold, 6 at 0.45.
+SAID_THRESHOLD = 0.45
+SAID_REASON = "what was said with it may claim authority, a permission, a role over others or an approval"
 
 
 @dataclass(frozen=True)
@@ -272,14 +279,33 @@ def judge(text, kind, *, vector=None):
     problem = refusal(text, kind)
     if problem:
         return Judgement("refused", problem, None)
+    score, reason = _learned(text, vector)
+    return Judgement("pending", f"to confirm: {reason}", score) if reason else Judgement("stored", None, score)
+
+
+def judge_said(sentence, *, vector=None):
+    """Pending when the sentence a fact was taken from may claim authority or instruct, else None.
+
+    Only the learned judge reads it: what a person types may carry markup or code no fact may, and
+    the fact taken from it has been through `judge` already. An extractor's rewrite can read plainer
+    than what was said ("I was told I may ..." becomes "The user may ..."), so both are judged.
+    """
+    sentence = normalise(sentence)[: 2 * FACT_MAX_CHARS]
+    score, reason = _learned(sentence, vector)
+    held = reason and score >= SAID_THRESHOLD
+    return Judgement("pending", f"to confirm: {SAID_REASON}", score) if held else None
+
+
+def _learned(text, vector):
+    """The learned judge's (score, reason to hold the text or None); readable text has its own threshold."""
     model = judge_model.model()
     readable = readability(text) >= model.readable
     score = judge_model.probability(text, fold(text), vector, readable)
     if score >= model.threshold and (readable or score >= model.unreadable_threshold):
-        return Judgement("pending", f"to confirm: {PENDING_REASON}", score)
+        return score, PENDING_REASON
     if not readable and score >= model.unreadable_threshold:
-        return Judgement("pending", f"to confirm: {UNREADABLE_REASON}", score)
-    return Judgement("stored", None, score)
+        return score, UNREADABLE_REASON
+    return score, None
 
 
 def fact_problem(text, kind, vector=None):

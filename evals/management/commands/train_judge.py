@@ -11,7 +11,7 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0, help="seed of the folds, the MSC sample and the MLP start")
         parser.add_argument("--out", default=str(judge_model.WEIGHTS_PATH), help="where to write the .npz")
         parser.add_argument(
-            "--data", help="a folder of {attacks,benign,holdout_*,training_extra}.jsonl (default: the repo's)"
+            "--data", help="a folder of {attacks,benign,holdout_*,training_*}.jsonl (default: the repo's)"
         )
         parser.add_argument("--no-msc", action="store_true", help="leave out the MSC and ConvAI2 persona sentences")
         parser.add_argument("--vectors", default="minilm,qint8", help="the MiniLM vector kinds to train on")
