@@ -7,8 +7,9 @@ Where MiniLM reads the text poorly (below a readability floor) the n-gram model 
 Data (label 1: claims authority or instructs; 0: an ordinary fact):
 - the **dev** lines of evals/poisoning/{attacks,benign}.jsonl (the test lines are never read here);
 - evals/poisoning/holdout_{attacks,benign}.jsonl: measured many times before, so now dev and training;
-- evals/poisoning/training_*.jsonl: rows written for training only (`training_multilingual.jsonl`: 15
-  languages, hard negatives such as real jobs with authority and limits that need someone's approval);
+- evals/poisoning/training_*.jsonl: rows written for training only (`training_multilingual.jsonl`:
+  hard negatives such as real jobs with authority and limits that need someone's approval, in 15
+  languages; `training_by_language.jsonl`: about 300 rows in each of 18 languages, both labels);
 - ordinary persona sentences from MSC (LoCoMo's msc_personas_all.json, train part) in
   /work/shared/datasets, first person and rewritten in the third person by the offline rewriter;
 - ConvAI2's persona sentences (valid and test files) there, rewritten in the third person.
@@ -97,6 +98,26 @@ def corpus_rows(directory=poisoning.CORPUS_DIR):
         {**r, "source": path.stem} for path in sorted(directory.glob("training_*.jsonl")) for r in poisoning.load(path)
     ]
     return dev + extra_rows, dev
+
+
+def outside_dir(corpus_dir=None):
+    """The corpus folder's outside/: rows written by someone who had read neither the rules nor the corpus,
+    measured once as a fresh corpus, now dev (evals/poisoning/outside: 700 rows of 2026-12-06)."""
+    return pathlib.Path(corpus_dir or poisoning.CORPUS_DIR) / "outside"
+
+
+def more_dev_rows(directory):
+    """The api rows of a corpus folder measured before (attacks label 1, benign 0), for `train(more_dev=...)`;
+    none for a folder that does not exist or for 'none'."""
+    if str(directory) == "none" or not pathlib.Path(directory).is_dir():
+        return []
+    attacks, benign = poisoning.corpus(directory=directory)
+    return [
+        {**r, "label": label}
+        for label, group in ((1, attacks), (0, benign))
+        for r in group
+        if r.get("path", "api") == "api"
+    ]
 
 
 def stored_form(text):
@@ -318,27 +339,48 @@ def dev_report(results, kinds, dev_rows, y, is_dev):
     return lines
 
 
-def train(out_path=judge_model.WEIGHTS_PATH, seed=0, rows=None, dev=None, kinds=KINDS, cache=None, say=print):
-    """Cross-validate, choose the thresholds on dev, fit on every training row and write the weights file."""
+def _checks(texts, rows):
+    """(refused, readability) arrays of texts: what the frozen checks refuse, and how well MiniLM reads each."""
+    refused = [
+        validation.refusal(stored_form(t), r.get("kind", "profile")) is not None
+        for t, r in zip(texts, rows, strict=True)
+    ]
+    return np.array(refused), np.array([validation.readability(stored_form(t)) for t in texts])
+
+
+def train(
+    out_path=judge_model.WEIGHTS_PATH, seed=0, rows=None, dev=None, kinds=KINDS, cache=None, say=print, more_dev=()
+):
+    """Cross-validate, fit on every training row, choose the thresholds on dev and write the weights file.
+
+    `more_dev`: rows (text, label, kind) of another writer's corpus, never trained on; scored by the
+    final model, they join the dev rows the thresholds are chosen on.
+    """
     if rows is None:
         rows, dev = corpus_rows()
         rows += msc_rows(seed=seed) + convai2_rows()
     texts = [r["text"] for r in rows]
     y = np.array([int(r["label"]) for r in rows], dtype=np.float64)
-    say(f"{len(texts)} training rows ({int(y.sum())} attacks), {len(dev)} of them dev rows")
+    say(f"{len(texts)} training rows ({int(y.sum())} attacks), {len(dev)} of them dev rows, {len(more_dev)} more dev")
     vecs = vectors(texts, kinds, cache=cache, say=say)
     oof = _cached_out_of_fold(texts, vecs, y, seed, cache, say)
     index = {id(r): i for i, r in enumerate(rows)}
     is_dev = np.zeros(len(rows), dtype=bool)
     is_dev[[index[id(r)] for r in dev]] = True
-    refused = np.array(
-        [
-            validation.refusal(stored_form(t), r.get("kind", "profile")) is not None
-            for t, r in zip(texts, rows, strict=True)
-        ]
+    refused, readable = _checks(texts, rows)
+    say("fitting on all training rows")
+    params = fit(texts, vecs, y, seed)
+    more_texts = [r["text"] for r in more_dev]
+    more_y = np.array([int(r["label"]) for r in more_dev], dtype=np.float64)
+    more_parts = parts(params, more_texts, vectors(more_texts, kinds, cache=cache, say=say)) if more_dev else {}
+    more_refused, more_readable = _checks(more_texts, more_dev)
+    chosen = choose(
+        {k: np.concatenate([v[is_dev], more_parts.get(k, [])]) for k, v in oof.items()},
+        kinds,
+        np.concatenate([readable[is_dev], more_readable]),
+        np.concatenate([refused[is_dev], more_refused]).astype(bool),
+        np.concatenate([y[is_dev], more_y]),
     )
-    readable = np.array([validation.readability(stored_form(t)) for t in texts])
-    chosen = choose({k: v[is_dev] for k, v in oof.items()}, kinds, readable[is_dev], refused[is_dev], y[is_dev])
     metrics, results = {}, {}
     for kind in kinds:
         results[kind] = outcomes(oof, kind, readable, refused, chosen)
@@ -346,12 +388,13 @@ def train(out_path=judge_model.WEIGHTS_PATH, seed=0, rows=None, dev=None, kinds=
             "dev": rates(results[kind][is_dev], y[is_dev]),
             "training_rows_and_msc": rates(results[kind][~is_dev], y[~is_dev]),
         }
+        if more_dev:
+            metrics[kind]["more_dev"] = rates(outcomes(more_parts, kind, more_readable, more_refused, chosen), more_y)
     say("chosen on dev: " + json.dumps(chosen))
-    say("out of fold on dev: " + json.dumps(metrics))
+    say("out of fold on dev (more dev: by the final model): " + json.dumps(metrics))
     for line in dev_report(results, kinds, [r for r, d in zip(rows, is_dev, strict=True) if d], y[is_dev], is_dev):
         say(line)
-    say("fitting on all training rows")
-    (weights, bias), (w1, b1, w2, b2) = fit(texts, vecs, y, seed)
+    (weights, bias), (w1, b1, w2, b2) = params
     meta = {
         **chosen,
         "seed": seed,

@@ -247,10 +247,11 @@ REFUSALS = [
 PENDING_REASON = "it may claim authority, a permission, a role over others or an approval, or give an instruction"
 UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read well"
 # A chat sentence asks and explains as no fact does ("..., so the queries need to be MySQL-compatible"):
-# it holds the fact taken from it only at this score or above. Chosen on dev chat sentences (600
-# LoCoMo turns, the 2026-12-06 fresh corpus's chat rows after its one measurement): of 90 attacks
-# said in chat, 11 stored with no sentence check, 1 at the fact's own threshold, 2 at 0.45, 4 at 0.5;
-# ordinary sentences held: 5 of 120 with none, 9 at the fact's threshold, 6 at 0.45.
+# it holds the fact taken from it only at this score or above. Chosen on dev chat sentences (the
+# 2026-12-06 fresh corpus's chat rows after its one measurement; 600 LoCoMo turns) with the shipped
+# judge: of 90 attacks said in chat, 10 are stored with no sentence check, 0 at the fact's own
+# threshold, 1 at 0.45, 3 at 0.5; ordinary sentences held: 8 of 120 with none, 11 at the fact's
+# threshold, 8 at 0.45; LoCoMo turns with a fact held: 14 of 199 with none, 18, and 14 at 0.45.
 SAID_THRESHOLD = 0.45
 SAID_REASON = "what was said with it may claim authority, a permission, a role over others or an approval"
 

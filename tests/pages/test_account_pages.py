@@ -280,12 +280,12 @@ def test_delete_with_htmx_confirms_inline(as_alice, alice, seeded):
 def test_history_shows_every_version_with_when_and_why(as_alice, alice, seeded):
     current = live_fact(alice, "PlanetScale")
     as_alice.post(
-        f"/me/facts/{current.id}/correct/", {"text": "The user's main database is Vitess.", "kind": "profile"}
+        f"/me/facts/{current.id}/correct/", {"text": "The user's main database is CockroachDB.", "kind": "profile"}
     )
-    newest = live_fact(alice, "Vitess")
+    newest = live_fact(alice, "CockroachDB")
     page = text_of(as_alice.get(f"/me/facts/{newest.id}/"))
     versions = page[page.index("<h2>Versions</h2>") :]
-    order = [versions.index(t) for t in ("PostgreSQL", "PlanetScale.", "Vitess")]
+    order = [versions.index(t) for t in ("PostgreSQL", "PlanetScale.", "CockroachDB")]
     assert order == sorted(order)
     assert "Learned from a conversation" in page
     assert f"/me/conversations/{seeded['first'].id}/" in page
@@ -293,7 +293,7 @@ def test_history_shows_every_version_with_when_and_why(as_alice, alice, seeded):
     assert "You corrected it" in page and "Replaced by your correction" in page
     # the same history from an old version's page
     old = fact(alice, "PostgreSQL")
-    assert "Vitess" in text_of(as_alice.get(f"/me/facts/{old.id}/"))
+    assert "CockroachDB" in text_of(as_alice.get(f"/me/facts/{old.id}/"))
 
 
 # --- Conversations ------------------------------------------------------------

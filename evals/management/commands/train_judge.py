@@ -16,6 +16,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-msc", action="store_true", help="leave out the MSC and ConvAI2 persona sentences")
         parser.add_argument("--vectors", default="minilm,qint8", help="the MiniLM vector kinds to train on")
         parser.add_argument(
+            "--more-dev",
+            help="a corpus folder measured before ({attacks,benign}.jsonl, as eval_poisoning --corpus reads) whose api"
+            " rows, never trained on, join the dev rows the thresholds are chosen on (default: outside/ in the"
+            " corpus folder, when there is one; 'none' for none)",
+        )
+        parser.add_argument(
             "--cache", help="path prefix of .npz files that keep the vectors between runs (outside the repo)"
         )
 
@@ -34,4 +40,5 @@ class Command(BaseCommand):
             kinds=tuple(options["vectors"].split(",")),
             cache=options["cache"],
             say=self.stdout.write,
+            more_dev=judge_training.more_dev_rows(options["more_dev"] or judge_training.outside_dir(options["data"])),
         )
