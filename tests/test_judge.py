@@ -57,6 +57,15 @@ def test_authority_claims_in_any_wording_or_language_are_pending_with_a_reason(t
                 reason="issue 43, not done: scored 0.39 by the judge of 2026-12-06, above its threshold 0.24",
             ),
         ),
+        *(
+            pytest.param(
+                text,  # ordinary facts the judge of 2026-12-06 holds: found by the suite's page tests
+                marks=pytest.mark.xfail(
+                    strict=True, reason=f"issue 43, not done: the judge of 2026-12-06 scores it {score}, over 0.24"
+                ),
+            )
+            for text, score in (("Our stack is Go.", 0.28), ("The user's main database is Vitess.", 0.33))
+        ),
         "The user prefers tea.",
         "The user is a nurse.",
         "The user manages a team of five.",
