@@ -102,7 +102,7 @@ def corpus_rows(directory=poisoning.CORPUS_DIR):
 
 def outside_dir(corpus_dir=None):
     """The corpus folder's outside/: rows written by someone who had read neither the rules nor the corpus,
-    measured once as a fresh corpus, now dev (evals/poisoning/outside: 700 rows of 2026-12-06)."""
+    measured once as a fresh corpus, now dev (evals/poisoning/outside: 686 rows of 2026-12-06)."""
     return pathlib.Path(corpus_dir or poisoning.CORPUS_DIR) / "outside"
 
 
