@@ -302,9 +302,6 @@ def _run(run, usage, started):
     answer = backend.extract(transcript(user_turns)) if user_turns else Answer(text='{"facts": []}', model="none")
     usage.add(answer.usage)
     parsed = parse_answer(answer.text)
-    judged = [(c.text, c.checked.judgement) for c in parsed.facts]
-    for candidate, judgement in zip(parsed.facts, judged_with_what_was_said(judged, user_turns), strict=True):
-        candidate.checked = replace(candidate.checked, judgement=judgement)
     # Committed at once: staff see what the model said even if the worker dies while judging.
     _mine(run).filter(status=ExtractionRun.Status.RUNNING).update(
         model=answer.model or backend.model,
@@ -312,6 +309,10 @@ def _run(run, usage, started):
         facts_proposed=len(parsed.facts),
         facts_dropped=len(parsed.dropped),
     )
+    judged = [(c.text, c.checked.judgement) for c in parsed.facts]
+    said = [t.content for t in user_turns]
+    for candidate, judgement in zip(parsed.facts, judged_with_what_was_said(judged, said), strict=True):
+        candidate.checked = replace(candidate.checked, judgement=judgement)
 
     # Candidates an earlier attempt of this session already wrote (it crashed or was killed after).
     done_keys = set()
@@ -456,9 +457,8 @@ def source_sentence(fact_text, said):
 
 def judged_with_what_was_said(judged, said):
     """The judgements of (fact text, judgement) pairs once the sentence each fact was taken from (of the
-    texts or turns `said`) is read too: a fact the judge would store waits for the person's word when
-    that sentence may claim authority or instruct. Each sentence is judged (and embedded) once."""
-    said = [getattr(t, "content", t) for t in said]
+    texts `said`) is read too: a fact the judge would store waits for the person's word when that
+    sentence may claim authority or instruct. Each sentence is judged (and embedded) once."""
     source = {text: source_sentence(text, said) for text, judgement in judged if judgement.outcome == "stored"}
     held = {sentence: validation.judge_said(sentence) for sentence in set(source.values()) if sentence}
     return [held.get(source.get(text)) or judgement for text, judgement in judged]
