@@ -445,11 +445,11 @@ def source_turns_for(fact_text, user_turns, ordinals):
     return sorted(o for s, o in scored if s == best) if best else ordinals
 
 
-def source_sentence(fact_text, said):
-    """The sentence of the texts `said` sharing the most words with a fact, or None when none shares one."""
+def _source_sentence(fact_text, sentences):
+    """Of (sentence, its words) pairs, the sentence sharing the most words with a fact, or None when none shares one."""
     words, best, found = _words(fact_text), 0, None
-    for sentence in (s for text in said for s in phrasing.sentences(text)):
-        overlap = len(words & _words(sentence))
+    for sentence, theirs in sentences:
+        overlap = len(words & theirs)
         if overlap > best:
             best, found = overlap, sentence
     return found
@@ -458,8 +458,9 @@ def source_sentence(fact_text, said):
 def judged_with_what_was_said(judged, said):
     """The judgements of (fact text, judgement) pairs once the sentence each fact was taken from (of the
     texts `said`) is read too: a fact the judge would store waits for the person's word when that
-    sentence may claim authority or instruct. Each sentence is judged (and embedded) once."""
-    source = {text: source_sentence(text, said) for text, judgement in judged if judgement.outcome == "stored"}
+    sentence may claim authority or instruct. Each sentence is split, judged (and embedded) once."""
+    sentences = [(sentence, _words(sentence)) for text in said for sentence in phrasing.sentences(text)]
+    source = {text: _source_sentence(text, sentences) for text, judgement in judged if judgement.outcome == "stored"}
     held = {sentence: validation.judge_said(sentence) for sentence in set(source.values()) if sentence}
     return [held.get(source.get(text)) or judgement for text, judgement in judged]
 

@@ -284,7 +284,7 @@ def judge(text, kind, *, vector=None):
     return Judgement("pending", f"to confirm: {reason}", score) if reason else Judgement("stored", None, score)
 
 
-def judge_said(sentence, *, vector=None):
+def judge_said(sentence):
     """Pending when the sentence a fact was taken from may claim authority or instruct, else None.
 
     Only the learned judge reads it: what a person types may carry markup or code no fact may, and
@@ -292,7 +292,7 @@ def judge_said(sentence, *, vector=None):
     than what was said ("I was told I may ..." becomes "The user may ..."), so both are judged.
     """
     sentence = normalise(sentence)[: 2 * FACT_MAX_CHARS]
-    score, reason = _learned(sentence, vector)
+    score, reason = _learned(sentence, None)
     held = reason and score >= SAID_THRESHOLD
     return Judgement("pending", f"to confirm: {SAID_REASON}", score) if held else None
 
