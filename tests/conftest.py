@@ -1,4 +1,6 @@
 import concurrent.futures
+import contextlib
+import fcntl
 import json
 import os
 import threading
@@ -46,6 +48,44 @@ def _remembered_embeddings():
 
 
 _remembered_embeddings()
+
+
+_seeding = threading.local()
+
+
+@contextlib.contextmanager
+def demo_seeding():
+    """Hold the demo seeding lock shared by every xdist worker (re-entrant within a thread).
+
+    The workers share one data folder, so one worker's `seed_demo` could replace the demo key file
+    another had just written and was about to read.
+    """
+    if getattr(_seeding, "held", False):
+        yield
+        return
+    with open(db.DATA_DIR / "demo-seed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _seeding.held = True
+        try:
+            yield
+        finally:
+            _seeding.held = False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _seed_demo_one_worker_at_a_time():
+    """Every in-process `seed_demo` runs under `demo_seeding`."""
+    from memoryapp.management.commands import seed_demo
+
+    handle = seed_demo.Command.handle
+
+    def locked(self, *args, **options):
+        with demo_seeding():
+            return handle(self, *args, **options)
+
+    seed_demo.Command.handle = locked
+    yield
+    seed_demo.Command.handle = handle
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,6 +9,7 @@ from django.core.management import call_command
 from memoryapp import db as db_module
 from memoryapp.management.commands import seed_demo
 from memoryapp.models import MemoryFact
+from tests.conftest import demo_seeding
 
 
 def test_the_demo_replaces_redis_with_valkey_and_leaves_no_stale_stack_live(db):
@@ -27,8 +28,10 @@ def test_seeding_the_demo_in_a_test_leaves_the_checkouts_data_folder_alone(db):
     checkout_key = Path(__file__).resolve().parent.parent / ".data" / "demo-api-key"
     before = checkout_key.read_bytes() if checkout_key.exists() else None
     out = io.StringIO()
-    call_command("seed_demo", stdout=out)
+    with demo_seeding():  # no other worker's seed replaces the key file before it is read
+        call_command("seed_demo", stdout=out)
+        printed_key = seed_demo.KEY_FILE.read_text().strip()
     assert (checkout_key.read_bytes() if checkout_key.exists() else None) == before
     # The key went to the test run's own data folder, and it is the key the command printed.
     assert seed_demo.KEY_FILE.parent == db_module.DATA_DIR != checkout_key.parent
-    assert seed_demo.KEY_FILE.read_text().strip() in out.getvalue()
+    assert printed_key in out.getvalue()
