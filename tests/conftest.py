@@ -83,9 +83,9 @@ def _seed_demo_one_worker_at_a_time():
         with demo_seeding():
             return handle(self, *args, **options)
 
-    seed_demo.Command.handle = locked
-    yield
-    seed_demo.Command.handle = handle
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seed_demo.Command, "handle", locked)
+        yield
 
 
 def pytest_collection_modifyitems(config, items):
