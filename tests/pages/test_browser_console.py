@@ -178,6 +178,7 @@ def test_console_pages_screenshots(page, world):
         assert wanted in page.content(), url
         screenshot(page, name)
     page.click("text=Entries")
+    page.wait_for_url("**/console/forgetting/*/")  # a click starts a navigation; read the page it lands on
     assert "never_recalled" in page.content()
     screenshot(page, "console-forgetting-run")
     page.goto(f"/console/sessions/{AgentSession.objects.get(extraction_status='failed').id}/")
