@@ -1,5 +1,5 @@
-"""Fixed-window rate limits that every web process shares: in Redis (Django's cache) when REDIS_URL is
-set, else in PostgreSQL's UNLOGGED memoryapp_ratecounter table.
+"""Fixed-window rate limits that every web process shares: in Redis (Django's cache, one round trip a
+call) when REDIS_URL is set, else in PostgreSQL's UNLOGGED memoryapp_ratecounter table.
 
 A process-local cache would give each uvicorn worker a limit of its own (two workers let through
 twice the limit), so the embedded default counts in the database it already has.
@@ -33,17 +33,6 @@ def _now():
     return int(time.time())
 
 
-def _count_in_cache(key, window):
-    # add() is atomic: only the first request of a window creates the counter.
-    if cache.add(key, 1, timeout=window + 1):
-        return 1
-    try:
-        return cache.incr(key)
-    except ValueError:  # expired between add() and incr()
-        cache.add(key, 1, timeout=window + 1)
-        return 1
-
-
 def _count_in_database(bucket, start, window):
     # One atomic statement in autocommit: the row lock lasts only as long as the statement, so
     # concurrent requests of one bucket queue for microseconds, never for a transaction.
@@ -60,7 +49,7 @@ def hit(bucket, limit, window=60):
     now = _now()
     start = now - now % window
     if settings.REDIS_URL:
-        count = _count_in_cache(f"rl:{bucket}:{start}", window)
+        count = cache.count(f"rl:{bucket}:{start}", window + 1)  # memoryapp.cache.SharedRedisCache
     else:
         count = _count_in_database(bucket, start, window)
     return count <= limit, start + window - now

@@ -6,10 +6,11 @@ import sys
 import uuid
 
 import pytest
+import redis
 
-from memoryapp import ratelimit
-from memoryapp.models import RateCounter
-from tests.conftest import BASE_DIR, REDIS_TEST_URL, worker_database_url
+from memoryapp import ratelimit, sessions
+from memoryapp.models import Organization, RateCounter
+from tests.conftest import BASE_DIR, REDIS_TEST_URL, in_fresh_loop, worker_database_url
 
 # Each process counts 5 calls in one bucket against a limit of 5, on a pinned clock (one window).
 COUNT_IN_A_PROCESS = """
@@ -53,9 +54,7 @@ def counted_in_redis(settings):
     from django.core.cache import cache
 
     settings.REDIS_URL = REDIS_TEST_URL
-    settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_TEST_URL}
-    }
+    settings.CACHES = {"default": {"BACKEND": "memoryapp.cache.SharedRedisCache", "LOCATION": REDIS_TEST_URL}}
     yield
     cache.close()
 
@@ -67,8 +66,64 @@ def test_in_redis_a_window_allows_the_limit_then_refuses_and_the_next_starts_afr
     assert [ratelimit.hit(bucket, 3)[0] for _ in range(5)] == [True, True, True, False, False]
     assert ratelimit.hit(bucket, 3)[1] == 55  # seconds until the window resets
     assert not RateCounter.objects.exists()  # counted in Redis, not in the database
+    # The counter lives one window (and a second): Redis forgets it, nothing needs pruning.
+    from django.core.cache import cache
+
+    life = redis.Redis.from_url(REDIS_TEST_URL).ttl(cache.make_key(f"rl:{bucket}:1800000000"))
+    assert 0 < life <= 61
     monkeypatch.setattr(ratelimit, "_now", lambda: 1_800_000_065)
     assert ratelimit.hit(bucket, 3)[0]
+
+
+def _get_through_the_server_app(path, key):
+    """GET `path` through the ASGI application `make run` serves (a2wsgi runs each request in its own
+    copy of the context); returns the status."""
+    from memoryapp.asgi import application
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {key}".encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    in_fresh_loop(lambda: application(scope, receive, send))
+    return next(m["status"] for m in sent if m["type"] == "http.response.start")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_api_calls_through_the_server_share_one_redis_connection(counted_in_redis, monkeypatch):
+    # Django keeps cache backends in context-local storage, so with its own Redis backend every call
+    # built a new connection pool and opened a new TCP connection to Redis (about one per request).
+    connects = []
+    original = redis.connection.AbstractConnection.connect_check_health
+
+    def counted(self, *args, **kwargs):
+        if self._sock is None:  # a new TCP connection, not a check of an open one
+            connects.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "connect_check_health", counted)
+    org = Organization.objects.create(slug=f"rl-{uuid.uuid4().hex[:8]}", name="Rate limits")
+    _, key = sessions.create_api_key(org, "agent")
+    statuses = [_get_through_the_server_app("/api/v1/users/someone/facts", key) for _ in range(5)]
+    assert statuses == [404] * 5  # no such person: answered after the key was checked and counted
+    assert len(connects) <= 1, f"{len(connects)} Redis connections for 5 calls"
 
 
 def _sign_in(client, username, password, address):
