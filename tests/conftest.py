@@ -463,6 +463,36 @@ def in_fresh_loop(main):
         return pool.submit(anyio.run, main).result()
 
 
+def call_asgi(method, path, headers, receive):
+    """Run the ASGI application `make run` serves (memoryapp.asgi) on one request, on a loop of its own;
+    `receive` is the ASGI receive callable. Returns (status, headers as a dict, body bytes)."""
+    from memoryapp.asgi import application
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    in_fresh_loop(lambda: application(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body
+
+
 def in_thread(fn, results, key):
     """Run `fn` in a thread with its own database connection; its result (or exception) lands in results[key]."""
 

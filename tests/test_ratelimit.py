@@ -10,7 +10,7 @@ import redis
 
 from memoryapp import ratelimit, sessions
 from memoryapp.models import Organization, RateCounter
-from tests.conftest import BASE_DIR, REDIS_TEST_URL, in_fresh_loop, worker_database_url
+from tests.conftest import BASE_DIR, REDIS_TEST_URL, call_asgi, worker_database_url
 
 # Each process counts 5 calls in one bucket against a limit of 5, on a pinned clock (one window).
 COUNT_IN_A_PROCESS = """
@@ -75,35 +75,8 @@ def test_in_redis_a_window_allows_the_limit_then_refuses_and_the_next_starts_afr
     assert ratelimit.hit(bucket, 3)[0]
 
 
-def _get_through_the_server_app(path, key):
-    """GET `path` through the ASGI application `make run` serves (a2wsgi runs each request in its own
-    copy of the context); returns the status."""
-    from memoryapp.asgi import application
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {key}".encode())],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-    sent = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    in_fresh_loop(lambda: application(scope, receive, send))
-    return next(m["status"] for m in sent if m["type"] == "http.response.start")
+async def _no_body():
+    return {"type": "http.request", "body": b"", "more_body": False}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -121,7 +94,9 @@ def test_api_calls_through_the_server_share_one_redis_connection(counted_in_redi
     monkeypatch.setattr(redis.connection.AbstractConnection, "connect_check_health", counted)
     org = Organization.objects.create(slug=f"rl-{uuid.uuid4().hex[:8]}", name="Rate limits")
     _, key = sessions.create_api_key(org, "agent")
-    statuses = [_get_through_the_server_app("/api/v1/users/someone/facts", key) for _ in range(5)]
+    # Through the ASGI application `make run` serves: a2wsgi runs each request in a copy of the context.
+    auth = [(b"authorization", f"Bearer {key}".encode())]
+    statuses = [call_asgi("GET", "/api/v1/users/someone/facts", auth, _no_body)[0] for _ in range(5)]
     assert statuses == [404] * 5  # no such person: answered after the key was checked and counted
     assert len(connects) <= 1, f"{len(connects)} Redis connections for 5 calls"
 

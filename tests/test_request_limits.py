@@ -12,45 +12,16 @@ import pytest
 
 from bench.common import stop_processes
 from memoryapp import sessions
-from tests.conftest import in_fresh_loop, start_uvicorn, worker_database_url
+from tests.conftest import call_asgi, start_uvicorn, worker_database_url
 
 LIMIT = 1_048_576  # settings.DATA_UPLOAD_MAX_MEMORY_SIZE (MAX_REQUEST_BYTES)
 PATHS = ("/api/v1/sessions", "/mcp/", "/login/")
 
 
-def _scope(path, headers):
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-
-
 def _call(path, headers, receive):
-    """Run the ASGI application on one request; returns (status, JSON body)."""
-    from memoryapp.asgi import application
-
-    sent = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def main():
-        await application(_scope(path, headers), receive, send)
-
-    in_fresh_loop(main)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], dict(start["headers"]), json.loads(body)
+    """POST through the ASGI application; returns (status, headers, JSON body)."""
+    status, response_headers, body = call_asgi("POST", path, headers, receive)
+    return status, response_headers, json.loads(body)
 
 
 @pytest.fixture
