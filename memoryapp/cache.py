@@ -3,8 +3,8 @@ that costs one round trip.
 
 Why: the server runs Django's views in a2wsgi's threads, and a2wsgi runs each request in a copy of
 the context. Django keeps cache backends in context-local storage, so every request built a new
-backend, a new connection pool and a new TCP connection to Redis (1,507 connections for 1,485 recall
-calls, docs/benchmarks.md "Pages"). redis-py's pool is thread-safe, and after a fork (Celery's
+backend, a new connection pool and a new TCP connection to Redis (up to 1,121 in one bench_pages run,
+docs/benchmarks.md "Pages"). redis-py's pool is thread-safe, and after a fork (Celery's
 workers) it drops the parent's connections and opens its own.
 """
 
