@@ -19,14 +19,16 @@ from urllib.parse import urlsplit
 SERVER_TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
 
 
-def client(url, method, body, headers, stop_at, latencies, errors, server_times):
+def client(url, method, bodies, headers, stop_at, latencies, errors, server_times, offset=0):
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    sent = offset  # each request takes the next body, each client from its own offset
     while time.monotonic() < stop_at:
         t = time.perf_counter()
+        sent += 1
         try:
-            conn.request(method, path, body=body, headers=headers)
+            conn.request(method, path, body=bodies[sent % len(bodies)], headers=headers)
             response = conn.getresponse()
             response.read()
             ok = 200 <= response.status < 400
@@ -44,16 +46,13 @@ def client(url, method, body, headers, stop_at, latencies, errors, server_times)
     conn.close()
 
 
-def run(url, clients, seconds, method="GET", body=None, headers=None):
-    """Requests/s and latency percentiles (seconds) for `clients` concurrent closed-loop clients."""
+def run(url, clients, seconds, method="GET", bodies=None, headers=None):
+    """Requests/s and latency percentiles (seconds) for `clients` concurrent closed-loop clients;
+    `bodies`, when given, are sent in turn."""
     latencies, errors, server_times = [], [], []
     stop_at = time.monotonic() + seconds
-    threads = [
-        threading.Thread(
-            target=client, args=(url, method, body, headers or {}, stop_at, latencies, errors, server_times)
-        )
-        for _ in range(clients)
-    ]
+    args = (url, method, bodies or [None], headers or {}, stop_at, latencies, errors, server_times)
+    threads = [threading.Thread(target=client, args=args, kwargs={"offset": i * 1000}) for i in range(clients)]
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -84,12 +83,12 @@ def main():
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--method", default="GET")
-    parser.add_argument("--body", default=None)
+    parser.add_argument("--body", action="append", default=[], help="repeatable: requests take them in turn")
     parser.add_argument("--header", action="append", default=[], help="'Name: value', repeatable")
     args = parser.parse_args()
     headers = dict(h.split(": ", 1) for h in args.header)
-    body = args.body.encode() if args.body is not None else None
-    print(json.dumps(run(args.url, args.clients, args.seconds, args.method, body, headers)))
+    bodies = [b.encode() for b in args.body] or None
+    print(json.dumps(run(args.url, args.clients, args.seconds, args.method, bodies, headers)))
 
 
 if __name__ == "__main__":

@@ -31,13 +31,23 @@ PASSWORD = "bench-pages-password-1"
 WRK_SCRIPT = """
 wrk.method = os.getenv("BENCH_METHOD") or "GET"
 if os.getenv("BENCH_BODY") then wrk.body = os.getenv("BENCH_BODY") end
+-- BENCH_BODIES (one per line): each request takes the next, each thread from its own offset.
+local bodies = {}
+for b in string.gmatch(os.getenv("BENCH_BODIES") or "", "[^\\n]+") do bodies[#bodies + 1] = b end
+if #bodies > 0 then
+  local i = 0
+  request = function()
+    i = i + 1
+    return wrk.format(nil, nil, nil, bodies[((offset or 0) + i) % #bodies + 1])
+  end
+end
 for h in string.gmatch(os.getenv("BENCH_HEADERS") or "", "[^\\n]+") do
   local name, value = h:match("^([^:]+):%s*(.*)$")
   if name then wrk.headers[name] = value end
 end
 -- The server's own time per answer (Server-Timing: app;dur=<ms>), kept per thread, merged in done().
 local threads = {}
-setup = function(thread) table.insert(threads, thread) end
+setup = function(thread) table.insert(threads, thread); thread:set("offset", #threads * 1000) end
 init = function(args) served = {} end
 response = function(status, headers, body)
   local timing = headers["Server-Timing"] or headers["server-timing"]
@@ -68,7 +78,8 @@ end
 class Seeded:
     org: Organization
     users: list = field(default_factory=list)
-    targets: dict = field(default_factory=dict)  # name -> (path, method, body, headers, expect text)
+    targets: dict = field(default_factory=dict)  # name -> (path, method, body or bodies, headers, expect text)
+    spread: list = field(default_factory=list)  # the sessions the spread recall row takes in turn
 
     def cleanup(self):
         get_user_model().objects.filter(id__in=[u.id for u in self.users]).delete()
@@ -91,6 +102,14 @@ def fact_texts(n):
         out.append((template.format(value).rstrip(".") + f" (note {i + 1}).", kind))
         i += 1
     return out
+
+
+RECALL_SESSIONS = 50
+
+
+def recall_body(session):
+    """The recall API's JSON body for `session`: a fresh block (refresh) for one message."""
+    return json.dumps({"session": str(session.id), "message": "Which editor should I try?", "refresh": True})
 
 
 def seed(n_facts, progress=None):
@@ -142,6 +161,9 @@ def seed(n_facts, progress=None):
     )
     _, key = sessions.create_api_key(org, "bench")
     api_session = sessions.open_session(org, user)
+    # Agents recall in sessions of their own: the same request spread over 50 (one session's row
+    # queues the clients that refresh it together).
+    spread = seeded.spread = [sessions.open_session(org, user) for _ in range(RECALL_SESSIONS)]
 
     def cookie(u):
         c = Client()
@@ -189,7 +211,14 @@ def seed(n_facts, progress=None):
         "recall API (refresh)": (
             "/api/v1/recall",
             "POST",
-            json.dumps({"session": str(api_session.id), "message": "Which editor should I try?", "refresh": True}),
+            recall_body(api_session),
+            {"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            '"block"',
+        ),
+        f"recall API (refresh, {RECALL_SESSIONS} sessions)": (
+            "/api/v1/recall",
+            "POST",
+            [recall_body(s) for s in spread],
             {"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
             '"block"',
         ),
@@ -273,6 +302,7 @@ class Server:
 def check_target(base, target):
     """One request: the page must answer 200 with its expected content (not a login redirect)."""
     path, method, body, headers, expect = target
+    body = body[0] if isinstance(body, list) else body
     request = urllib.request.Request(base + path, data=body.encode() if body else None, method=method)
     for k, v in headers.items():
         request.add_header(k, v)
@@ -300,7 +330,9 @@ def load(base, target, clients, seconds, tool):
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
             script.write(WRK_SCRIPT)
         env = dict(os.environ, BENCH_METHOD=method, BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in headers.items()))
-        if body:
+        if isinstance(body, list):
+            env["BENCH_BODIES"] = "\n".join(body)
+        elif body:
             env["BENCH_BODY"] = body
         threads = str(min(2, clients))
         # wrk takes whole seconds ("5s"; "5.0s" is an error)
@@ -323,8 +355,8 @@ def load(base, target, clients, seconds, tool):
         }
     cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "loadgen.py"), "--url", url]
     cmd += ["--clients", str(clients), "--seconds", str(seconds), "--method", method]
-    if body:
-        cmd += ["--body", body]
+    for one in body if isinstance(body, list) else [body] if body else []:
+        cmd += ["--body", one]
     for k, v in headers.items():
         cmd += ["--header", f"{k}: {v}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand
 
 from bench import common as benchmarks
 from bench import pages as pb
+from memoryapp.models import AgentSession
 
 
 class Command(BaseCommand):
@@ -81,6 +82,8 @@ class Command(BaseCommand):
                             "ratio_to_ceiling": round(result["rps"] / ceiling, 3) if ceiling else None,
                         }
                     )
+            spread = AgentSession.objects.filter(id__in=[x.id for x in seeded.spread], memory_block__isnull=False)
+            given = spread.count()
         finally:
             if server is not None:
                 server.stop()
@@ -97,6 +100,7 @@ class Command(BaseCommand):
             "facts": o["facts"],
             "seconds_per_run": o["seconds"],
             "runs": runs,
+            "recall_sessions_given_a_block": given,  # of the spread row's sessions: its requests took them in turn
             "cpu_ms_per_request": cpu,
         }
         rows = [
