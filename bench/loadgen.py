@@ -52,7 +52,9 @@ def run(url, clients, seconds, method="GET", bodies=None, headers=None):
     latencies, errors, server_times = [], [], []
     stop_at = time.monotonic() + seconds
     args = (url, method, bodies or [None], headers or {}, stop_at, latencies, errors, server_times)
-    threads = [threading.Thread(target=client, args=args, kwargs={"offset": i * 1000}) for i in range(clients)]
+    # The clients start evenly apart in `bodies`, so the requests in flight at one moment name different ones.
+    spacing = len(args[2]) // clients
+    threads = [threading.Thread(target=client, args=args, kwargs={"offset": i * spacing}) for i in range(clients)]
     started = time.monotonic()
     for t in threads:
         t.start()

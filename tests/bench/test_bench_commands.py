@@ -279,6 +279,38 @@ def test_python_load_generator_counts_requests_and_errors(live_server):
     assert missing["requests"] == 0 and missing["errors"] > 0
 
 
+def test_python_load_generator_sends_bodies_in_turn_each_client_from_its_own_place():
+    # The spread recall row: requests in flight together must name different sessions, or they queue
+    # on one session's row as the one-session row does.
+    import http.server
+    import threading
+
+    first_bodies = {}  # client port -> the first body it sent
+
+    class Record(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802 (http.server's naming)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            first_bodies.setdefault(self.client_address[1], body)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bodies = [f"session {i}".encode() for i in range(10)]
+        result = loadgen.run(f"http://127.0.0.1:{server.server_port}/", 5, 0.3, "POST", bodies)
+    finally:
+        server.shutdown()
+    assert result["requests"] > 5 and result["errors"] == 0
+    assert len(first_bodies) == 5 and len(set(first_bodies.values())) == 5  # five clients, five sessions
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_benchmark_on_a_database_without_tables_migrates_it_first():
     """A stranger's first `manage.py bench_pages` (or eval_scenarios) meets a database `make run` never
