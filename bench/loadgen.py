@@ -51,9 +51,10 @@ def run(url, clients, seconds, method="GET", bodies=None, headers=None):
     `bodies`, when given, are sent in turn."""
     latencies, errors, server_times = [], [], []
     stop_at = time.monotonic() + seconds
-    args = (url, method, bodies or [None], headers or {}, stop_at, latencies, errors, server_times)
+    bodies = bodies or [None]
+    args = (url, method, bodies, headers or {}, stop_at, latencies, errors, server_times)
     # The clients start evenly apart in `bodies`, so the requests in flight at one moment name different ones.
-    spacing = len(args[2]) // clients
+    spacing = len(bodies) // clients
     threads = [threading.Thread(target=client, args=args, kwargs={"offset": i * spacing}) for i in range(clients)]
     started = time.monotonic()
     for t in threads:

@@ -82,6 +82,10 @@ class Seeded:
     targets: dict = field(default_factory=dict)  # name -> (path, method, body or bodies, headers, expect text)
     spread: list = field(default_factory=list)  # the sessions the spread recall row takes in turn
 
+    def spread_given_a_block(self):
+        """How many of the spread recall row's sessions were given a block (its requests took them in turn)."""
+        return AgentSession.objects.filter(id__in=[s.id for s in self.spread], memory_block__isnull=False).count()
+
     def cleanup(self):
         get_user_model().objects.filter(id__in=[u.id for u in self.users]).delete()
         self.org.delete()
@@ -300,10 +304,16 @@ class Server:
         shutil.rmtree(self.static_root, ignore_errors=True)
 
 
+def bodies_of(target):
+    """A target's request bodies: none for a page, one for an API call, or several taken in turn."""
+    body = target[2]
+    return body if isinstance(body, list) else [body] if body else []
+
+
 def check_target(base, target):
     """One request: the page must answer 200 with its expected content (not a login redirect)."""
-    path, method, body, headers, expect = target
-    body = body[0] if isinstance(body, list) else body
+    path, method, _, headers, expect = target
+    body = next(iter(bodies_of(target)), None)
     request = urllib.request.Request(base + path, data=body.encode() if body else None, method=method)
     for k, v in headers.items():
         request.add_header(k, v)
@@ -325,16 +335,17 @@ def drain(result):
 
 def load(base, target, clients, seconds, tool):
     """Run the load generator in its own process; requests/s and latency percentiles in seconds."""
-    path, method, body, headers, _ = target
+    path, method, _, headers, _ = target
+    bodies = bodies_of(target)
     url = base + path
     if tool == "wrk":
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
             script.write(WRK_SCRIPT)
         env = dict(os.environ, BENCH_METHOD=method, BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in headers.items()))
-        if isinstance(body, list):
-            env["BENCH_BODIES"] = "\n".join(body)
-        elif body:
-            env["BENCH_BODY"] = body
+        if len(bodies) > 1:
+            env["BENCH_BODIES"] = "\n".join(bodies)
+        elif bodies:
+            env["BENCH_BODY"] = bodies[0]
         threads = str(min(2, clients))
         # wrk takes whole seconds ("5s"; "5.0s" is an error)
         cmd = ["wrk", "-t", threads, "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s"]
@@ -356,8 +367,8 @@ def load(base, target, clients, seconds, tool):
         }
     cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "loadgen.py"), "--url", url]
     cmd += ["--clients", str(clients), "--seconds", str(seconds), "--method", method]
-    for one in body if isinstance(body, list) else [body] if body else []:
-        cmd += ["--body", one]
+    for body in bodies:
+        cmd += ["--body", body]
     for k, v in headers.items():
         cmd += ["--header", f"{k}: {v}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout

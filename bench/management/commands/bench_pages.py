@@ -4,7 +4,6 @@ from django.core.management.base import BaseCommand
 
 from bench import common as benchmarks
 from bench import pages as pb
-from memoryapp.models import AgentSession
 
 
 class Command(BaseCommand):
@@ -82,8 +81,7 @@ class Command(BaseCommand):
                             "ratio_to_ceiling": round(result["rps"] / ceiling, 3) if ceiling else None,
                         }
                     )
-            spread = AgentSession.objects.filter(id__in=[x.id for x in seeded.spread], memory_block__isnull=False)
-            given = spread.count()
+            given = seeded.spread_given_a_block()
         finally:
             if server is not None:
                 server.stop()
