@@ -63,8 +63,8 @@ class Command(BaseCommand):
             server.wait_ready()
             for target in seeded.targets.values():
                 pb.check_target(server.base, target)
-                # warm the workers and their connections
-                pb.drain(pb.load(server.base, target, 1, min(1, o["seconds"]), tool))
+                if not o["smoke"]:  # warm the workers and their connections (the smoke's numbers mean nothing)
+                    pb.drain(pb.load(server.base, target, 1, min(1, o["seconds"]), tool))
             for clients in levels:
                 ceiling = None
                 for name, target in seeded.targets.items():
