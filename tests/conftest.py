@@ -88,6 +88,29 @@ def _seed_demo_one_worker_at_a_time():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _empty_tables_by_delete():
+    """A transactional test empties the tables afterwards with DELETE, not Django's one TRUNCATE.
+
+    Why: TRUNCATE gives each of the ~40 tables and their indexes new files, 0.19 s of PostgreSQL's
+    time after each of the 157 such tests, where deleting their few rows takes a few milliseconds.
+    Both run in one transaction, and Django declares every foreign key DEFERRABLE INITIALLY DEFERRED,
+    so the keys are checked at commit, when every table is empty. With reset_sequences (no test asks
+    for it today) Django's own statement runs.
+    """
+    ops = type(connection.ops)
+    truncate = ops.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or not tables:
+            return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ops, "sql_flush", sql_flush)
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `slow` run first (a stable sort: the same order on every pytest-xdist worker).
 
