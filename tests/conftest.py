@@ -275,6 +275,14 @@ def login(page, username, password="correct horse battery"):
     page.click("button[type=submit]")
 
 
+def settled(field):
+    """Wait until a form swapped in by htmx has settled: app.js then moves the focus to its field with the
+    caret at the end, and a fill made before that lands after the old text instead of replacing it."""
+    from playwright.sync_api import expect
+
+    expect(field).to_be_focused()
+
+
 def screenshot(page, name):
     """Save the current page at 1440 px and 375 px wide under tests/screenshots/.
 

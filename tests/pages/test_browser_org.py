@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from memoryapp import extraction, orgs, sessions
 from memoryapp.models import ApiKey, Invitation, Membership, MemoryFact, OrgFactProposal
-from tests.conftest import login, screenshot
+from tests.conftest import login, screenshot, settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -73,8 +73,7 @@ def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, te
     editor = page.locator("li.fact.editing")
     expect(editor).to_be_visible()
     screenshot(page, "org-memory-editing")
-    # The swap settles by putting the caret at the end of the box; filling before that would append.
-    expect(editor.get_by_label("Fact, as one sentence")).to_be_focused()
+    settled(editor.get_by_label("Fact, as one sentence"))
     editor.get_by_label("Fact, as one sentence").fill("The team's main languages are Go and TypeScript.")
     editor.get_by_role("button", name="Save correction").click()
     expect(page.get_by_role("status")).to_contain_text("Corrected.")

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from memoryapp import clock, recall, writing
 from memoryapp.models import MemoryFact
 from memoryapp.pages.display import USE_ALWAYS, USE_OFF, USE_RELEVANT
-from tests.conftest import login
+from tests.conftest import login, settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -71,8 +71,7 @@ def test_a_correction_in_any_voice_is_stored_in_the_third_person(page, pat, type
     row.get_by_role("link", name="Correct").click()
     box = page.get_by_label("What the assistant should remember")
     expect(box).to_have_value("You prefer coffee.")  # the form speaks as the list does
-    # The swap settles by putting the caret at the end of the box; filling before that would append.
-    expect(box).to_be_focused()
+    settled(box)
     box.fill(typed)
     page.get_by_role("button", name="Save correction").click()
     # A loaded CI machine took over the default 5 s for this swap once; the behaviour, not the speed, is checked.
