@@ -94,8 +94,8 @@ def _empty_tables_by_delete():
 
     Why: TRUNCATE gives each of the ~40 tables and their indexes new files, 0.19 s of PostgreSQL's
     time after each of the 157 such tests, where deleting their few rows takes a few milliseconds.
-    Both run in one transaction, and Django declares every foreign key DEFERRABLE INITIALLY DEFERRED,
-    so the keys are checked at commit, when every table is empty. With reset_sequences (no test asks
+    Django runs the statements in one transaction and declares every foreign key DEFERRABLE INITIALLY
+    DEFERRED, so the keys are checked at commit, when every table is empty. With reset_sequences (no test asks
     for it today) Django's own statement runs.
     """
     ops = type(connection.ops)
