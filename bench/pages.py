@@ -30,9 +30,8 @@ PASSWORD = "bench-pages-password-1"
 
 WRK_SCRIPT = """
 wrk.method = os.getenv("BENCH_METHOD") or "GET"
-if os.getenv("BENCH_BODY") then wrk.body = os.getenv("BENCH_BODY") end
--- BENCH_BODIES (one per line): each request takes the next; the threads start 17 apart, so the
--- requests in flight at one moment name different bodies.
+-- BENCH_BODIES (one per line, one or many): each request takes the next; the threads start 17 apart,
+-- so the requests in flight at one moment name different bodies.
 local bodies = {}
 for b in string.gmatch(os.getenv("BENCH_BODIES") or "", "[^\\n]+") do bodies[#bodies + 1] = b end
 if #bodies > 0 then
@@ -342,10 +341,8 @@ def load(base, target, clients, seconds, tool):
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
             script.write(WRK_SCRIPT)
         env = dict(os.environ, BENCH_METHOD=method, BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in headers.items()))
-        if len(bodies) > 1:
+        if bodies:
             env["BENCH_BODIES"] = "\n".join(bodies)
-        elif bodies:
-            env["BENCH_BODY"] = bodies[0]
         threads = str(min(2, clients))
         # wrk takes whole seconds ("5s"; "5.0s" is an error)
         cmd = ["wrk", "-t", threads, "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s"]
