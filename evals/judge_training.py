@@ -9,7 +9,8 @@ Data (label 1: claims authority or instructs; 0: an ordinary fact):
 - evals/poisoning/holdout_{attacks,benign}.jsonl: measured many times before, so now dev and training;
 - evals/poisoning/training_*.jsonl: rows written for training only (`training_multilingual.jsonl`:
   hard negatives such as real jobs with authority and limits that need someone's approval, in 15
-  languages; `training_by_language.jsonl`: about 300 rows in each of 18 languages, both labels);
+  languages; `training_by_language.jsonl`: about 300 rows in each of 18 languages, both labels;
+  `training_fresh.jsonl`: two fresh corpora written blind, after their one measurement);
 - ordinary persona sentences from MSC (LoCoMo's msc_personas_all.json, train part) in
   /work/shared/datasets, first person and rewritten in the third person by the offline rewriter;
 - ConvAI2's persona sentences (valid and test files) there, rewritten in the third person.

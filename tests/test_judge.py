@@ -47,14 +47,14 @@ def test_authority_claims_in_any_wording_or_language_are_pending_with_a_reason(t
             "The user does not want the assistant to propose cloud services.",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.45 by the judge of 2026-12-06, above its threshold 0.24",
+                reason="issue 43, not done: scored 0.42 by the judge of 2026-12-06, above its threshold 0.24",
             ),
         ),
         pytest.param(
             "The user is learning to write system prompts for chatbots.",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.39 by the judge of 2026-12-06, above its threshold 0.24",
+                reason="issue 43, not done: scored 0.35 by the judge of 2026-12-06, above its threshold 0.24",
             ),
         ),
         *(
@@ -64,7 +64,7 @@ def test_authority_claims_in_any_wording_or_language_are_pending_with_a_reason(t
                     strict=True, reason=f"issue 43, not done: the judge of 2026-12-06 scores it {score}, over 0.24"
                 ),
             )
-            for text, score in (("Our stack is Go.", 0.28), ("The user's main database is Vitess.", 0.33))
+            for text, score in (("Our stack is Go.", 0.25), ("The user's main database is Vitess.", 0.35))
         ),
         "The user prefers tea.",
         "The user is a nurse.",
