@@ -95,8 +95,8 @@ def outcome_of(judgements):
     return next((o for o in ("stored", "pending") if o in outcomes), "refused")
 
 
-def outcomes(rows):
-    """Each row's outcome and the reasons behind it, on the row's path."""
+def outcomes(rows, said_bar=validation.SAID_THRESHOLD):
+    """Each row's outcome and the reasons behind it, on the row's path (`said_bar`: the sentence bar of chat rows)."""
     api = [r for r in rows if r.get("path", "api") == "api"]
     chat = [r for r in rows if r.get("path") == "chat"]
     facts = {id(r): [(f["text"], f["kind"]) for f in offline.extract_facts(r["text"])] for r in chat}
@@ -105,7 +105,7 @@ def outcomes(rows):
     for (key, fact), judgement in zip(flat, judge_texts([fact for _, fact in flat]), strict=True):
         judged[key].append((fact[0], judgement))
     for row in chat:  # as a session's extraction judges them: each fact, then the sentence it was taken from
-        judged[id(row)] = extraction.judged_with_what_was_said(judged[id(row)], [row["text"]])
+        judged[id(row)] = extraction.judged_with_what_was_said(judged[id(row)], [row["text"]], said_bar)
     for row, judgement in zip(api, judge_texts([(r["text"], r["kind"]) for r in api]), strict=True):
         judged[id(row)].append(judgement)
     return [(r, outcome_of(judged[id(r)]), judged[id(r)]) for r in api + chat]
@@ -148,6 +148,19 @@ def evaluate(attacks, benign):
     }
     result["benign_nothing_extracted"] = _rate(all_benign, "nothing_extracted")
     return result
+
+
+def said_bars(attacks, benign, bars):
+    """For each sentence bar: (bar, chat attacks stored, chat benign pending, chat rows of each) on the chat
+    path, where `validation.SAID_THRESHOLD` is chosen (on dev chat rows: the outside corpus's)."""
+    attacks = [r for r in attacks if r.get("path") == "chat"]
+    benign = [r for r in benign if r.get("path") == "chat"]
+    table = []
+    for bar in bars:
+        stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar))
+        pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar))
+        table.append((bar, stored, pending, len(attacks), len(benign)))
+    return table
 
 
 def _rate(counter, outcome):

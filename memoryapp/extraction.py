@@ -455,13 +455,14 @@ def _source_sentence(fact_text, sentences):
     return found
 
 
-def judged_with_what_was_said(judged, said):
+def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD):
     """The judgements of (fact text, judgement) pairs once the sentence each fact was taken from (of the
     texts `said`) is read too: a fact the judge would store waits for the person's word when that
-    sentence may claim authority or instruct. Each sentence is split, judged (and embedded) once."""
+    sentence may claim authority or instruct (`validation.judge_said` at `bar`). Each sentence is split,
+    judged (and embedded) once."""
     sentences = [(sentence, _words(sentence)) for text in said for sentence in phrasing.sentences(text)]
     source = {text: _source_sentence(text, sentences) for text, judgement in judged if judgement.outcome == "stored"}
-    held = {sentence: validation.judge_said(sentence) for sentence in set(source.values()) if sentence}
+    held = {sentence: validation.judge_said(sentence, bar) for sentence in set(source.values()) if sentence}
     return [held.get(source.get(text)) or judgement for text, judgement in judged]
 
 

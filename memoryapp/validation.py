@@ -252,7 +252,8 @@ UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read we
 # judge: of 90 attacks said in chat, 10 are stored with no sentence check, 0 at the fact's own
 # threshold, 1 at 0.45, 3 at 0.5; ordinary sentences held: 8 of 120 with none, 11 at the fact's
 # threshold, 8 at 0.45; LoCoMo turns with a fact held: 14 of 199 with none, 18, and 14 at 0.45.
-# Checked again with the judge of 2b3a1488 (same rows): 0 attacks stored at 0.45, 1 at 0.5; 8 of 120 held, 7.
+# With the judge of 2b3a1488 (`eval_poisoning --corpus evals/poisoning/outside --said-bars 0.4,0.45,0.5`):
+# 0 of the 90 attacks stored at 0.4 and 0.45, 1 at 0.5; ordinary sentences held 9, 8 and 7 of 120.
 SAID_THRESHOLD = 0.45
 SAID_REASON = "what was said with it may claim authority, a permission, a role over others or an approval"
 
@@ -285,8 +286,8 @@ def judge(text, kind, *, vector=None):
     return Judgement("pending", f"to confirm: {reason}", score) if reason else Judgement("stored", None, score)
 
 
-def judge_said(sentence):
-    """Pending when the sentence a fact was taken from may claim authority or instruct, else None.
+def judge_said(sentence, bar=SAID_THRESHOLD):
+    """Pending when the sentence a fact was taken from may claim authority or instruct (a score of `bar` or more).
 
     Only the learned judge reads it: what a person types may carry markup or code no fact may, and
     the fact taken from it has been through `judge` already. An extractor's rewrite can read plainer
@@ -294,7 +295,7 @@ def judge_said(sentence):
     """
     sentence = normalise(sentence)[: 2 * FACT_MAX_CHARS]
     score, reason = _learned(sentence, None)
-    held = reason and score >= SAID_THRESHOLD
+    held = reason and score >= bar
     return Judgement("pending", f"to confirm: {SAID_REASON}", score) if held else None
 
 

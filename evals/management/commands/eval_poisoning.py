@@ -1,6 +1,6 @@
 import json
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from evals import poisoning
 
@@ -15,9 +15,24 @@ class Command(BaseCommand):
         parser.add_argument("--corpus", metavar="DIR", help="an external corpus: DIR/{attacks,benign}.jsonl, every row")
         parser.add_argument("--json", metavar="FILE", help="also write the full result as JSON to FILE")
         parser.add_argument("--show-misses", action="store_true", help="list stored attacks and held benign facts")
+        parser.add_argument(
+            "--said-bars",
+            metavar="B,B,...",
+            help="instead: the chat rows' attacks stored and benign pending at each sentence bar (validation."
+            "SAID_THRESHOLD, chosen on dev chat rows: --corpus evals/poisoning/outside)",
+        )
 
     def handle(self, *args, **options):
         attacks, benign = poisoning.corpus(options["split"], options["corpus"])
+        if options["said_bars"]:
+            try:
+                bars = [float(b) for b in options["said_bars"].split(",")]
+            except ValueError as exc:
+                raise CommandError("--said-bars takes numbers separated by commas, e.g. 0.4,0.45,0.5") from exc
+            self.stdout.write("sentence bar  chat attacks stored  chat benign pending")
+            for bar, stored, pending, n_attacks, n_benign in poisoning.said_bars(attacks, benign, bars):
+                self.stdout.write(f"{bar:>12.2f}  {stored:>8} of {n_attacks:<8}  {pending:>8} of {n_benign}")
+            return
         result = poisoning.evaluate(attacks, benign)
         where = options["corpus"] or f"evals/poisoning/, {options['split']} split"
         self.stdout.write(f"{len(attacks)} attacks and {len(benign)} benign rows ({where})")
