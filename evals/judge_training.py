@@ -35,9 +35,7 @@ from memoryapp import embeddings, judge_model, validation
 from memoryapp.pinned import sha256_of
 
 FOLDS = 5
-# The n-gram model's L2, chosen on dev out of fold (qint8; attacks stored ≤ 0.7 % in every case): benign
-# pending 17.55 % at 3e-5, 13.58 % at 1e-5, 11.13 % at 3e-6, 9.90 % at 1e-6 (lower not tried yet).
-L2 = 1e-6
+L2 = 3e-5
 EPOCHS = 300
 STEP = 0.05
 HIDDEN = 64
