@@ -35,6 +35,8 @@ from memoryapp import embeddings, judge_model, validation
 from memoryapp.pinned import sha256_of
 
 FOLDS = 5
+# The n-gram model's L2. Lower cut dev benign pending out of fold (17.55 % here, 9.90 % at 1e-6) but scored
+# requests to the assistant as instructions ("Can you help me write a Lua plugin ...": 0.59); docs/history.md.
 L2 = 3e-5
 EPOCHS = 300
 STEP = 0.05
