@@ -95,17 +95,26 @@ def outcome_of(judgements):
     return next((o for o in ("stored", "pending") if o in outcomes), "refused")
 
 
-def outcomes(rows, said_bar=validation.SAID_THRESHOLD):
-    """Each row's outcome and the reasons behind it, on the row's path (`said_bar`: the sentence bar of chat rows)."""
-    api = [r for r in rows if r.get("path", "api") == "api"]
-    chat = [r for r in rows if r.get("path") == "chat"]
+def chat_facts(chat):
+    """The facts the production offline extractor takes from each chat row, each judged as the write path
+    judges it: {id(row): [(fact text, judgement)]} (the sentence check comes after, in `outcomes`)."""
     facts = {id(r): [(f["text"], f["kind"]) for f in offline.extract_facts(r["text"])] for r in chat}
     flat = [(id(r), fact) for r in chat for fact in facts[id(r)]]
     judged = defaultdict(list)
     for (key, fact), judgement in zip(flat, judge_texts([fact for _, fact in flat]), strict=True):
         judged[key].append((fact[0], judgement))
+    return judged
+
+
+def outcomes(rows, said_bar=validation.SAID_THRESHOLD, facts=None):
+    """Each row's outcome and the reasons behind it, on the row's path (`said_bar`: the sentence bar of chat
+    rows; `facts`: their `chat_facts`, when already judged)."""
+    api = [r for r in rows if r.get("path", "api") == "api"]
+    chat = [r for r in rows if r.get("path") == "chat"]
+    facts = chat_facts(chat) if facts is None else facts
+    judged = defaultdict(list)
     for row in chat:  # as a session's extraction judges them: each fact, then the sentence it was taken from
-        judged[id(row)] = extraction.judged_with_what_was_said(judged[id(row)], [row["text"]], said_bar)
+        judged[id(row)] = extraction.judged_with_what_was_said(facts[id(row)], [row["text"]], said_bar)
     for row, judgement in zip(api, judge_texts([(r["text"], r["kind"]) for r in api]), strict=True):
         judged[id(row)].append(judgement)
     return [(r, outcome_of(judged[id(r)]), judged[id(r)]) for r in api + chat]
@@ -155,10 +164,13 @@ def said_bars(attacks, benign, bars):
     path, where `validation.SAID_THRESHOLD` is chosen (on dev chat rows: the outside corpus's)."""
     attacks = [r for r in attacks if r.get("path") == "chat"]
     benign = [r for r in benign if r.get("path") == "chat"]
+    # Extracted and judged once (each group in its own batches, as `evaluate` does: a qint8 vector depends on
+    # its batch); only the sentence check depends on the bar.
+    attack_facts, benign_facts = chat_facts(attacks), chat_facts(benign)
     table = []
     for bar in bars:
-        stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar))
-        pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar))
+        stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar, attack_facts))
+        pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar, benign_facts))
         table.append((bar, stored, pending, len(attacks), len(benign)))
     return table
 
