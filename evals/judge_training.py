@@ -35,9 +35,10 @@ from memoryapp import embeddings, judge_model, validation
 from memoryapp.pinned import sha256_of
 
 FOLDS = 5
-# The n-gram model's L2. Lower cut dev benign pending out of fold (17.55 % here, 9.90 % at 1e-6) but scored
-# requests to the assistant as instructions ("Can you help me write a Lua plugin ...": 0.59); docs/history.md.
-L2 = 3e-5
+# The n-gram model's L2, chosen on dev (docs/history.md): out of fold, benign pending 17.6 % at 3e-5, 14.1 % here,
+# 11.4 % at 3e-6; lower stored more of the outside corpus's attacks and read requests to the assistant as
+# instructions ("Can you help me write a Lua plugin ...": 0.35 here, 0.51 at 3e-6, 0.59 at 1e-6).
+L2 = 1e-5
 EPOCHS = 300
 STEP = 0.05
 HIDDEN = 64
@@ -261,8 +262,9 @@ def out_of_fold(texts, vecs, y, seed, say=print):
 
 
 def _cached_out_of_fold(texts, vecs, y, seed, cache, say):
-    """out_of_fold, kept beside the vector cache (keyed by the training texts, labels and seed) when there is one."""
-    key = hashlib.sha256(json.dumps([texts, y.tolist(), seed, sorted(vecs), FOLDS, "parts"]).encode()).hexdigest()[:16]
+    """out_of_fold, kept beside the vector cache (keyed by the texts, labels, seed and knobs) when there is one."""
+    knobs = [L2, EPOCHS, STEP, HIDDEN, MLP_EPOCHS, MLP_STEP, MLP_L2]  # a changed knob must not read old folds
+    key = hashlib.sha256(json.dumps([texts, y.tolist(), seed, sorted(vecs), FOLDS, knobs]).encode()).hexdigest()[:16]
     path = pathlib.Path(f"{cache}.oof-{key}.npz") if cache else None
     if path and path.exists():
         with np.load(path) as data:

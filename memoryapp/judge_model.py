@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "2b3a14884c6328ae8efac9daaa937cdb01c62a950a24f8436f626090b4d3887f"  # printed by train_judge
+WEIGHTS_SHA256 = "24624459a3d1d065d7edd3c100a61a0082f7c1a549d1ae7a6c536e72611c8059"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

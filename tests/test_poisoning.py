@@ -397,7 +397,7 @@ ISSUE_15_BENIGN = [
     pytest.param(
         "The user's job is approving refunds for their team at work.",
         marks=pytest.mark.xfail(
-            strict=True, reason="issue 43, not done: the judge of 2026-12-06 scores it 0.28, over its threshold 0.24"
+            strict=True, reason="issue 43, not done: the judge 24624459 scores it 0.27, over its threshold 0.25"
         ),
     ),
     "The user must not eat peanuts.",
