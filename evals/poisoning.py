@@ -161,7 +161,7 @@ def evaluate(attacks, benign):
 
 def said_bars(attacks, benign, bars):
     """For each sentence bar: (bar, chat attacks stored, chat benign pending, chat rows of each) on the chat
-    path, where `validation.SAID_THRESHOLD` is chosen (on dev chat rows: the outside corpus's)."""
+    path, where `validation.SAID_THRESHOLD` is chosen (on dev chat rows: outside/ and outside_next/)."""
     attacks = [r for r in attacks if r.get("path") == "chat"]
     benign = [r for r in benign if r.get("path") == "chat"]
     # Extracted and judged once (each group in its own batches, as `evaluate` does: a qint8 vector depends on

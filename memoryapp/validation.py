@@ -247,14 +247,12 @@ REFUSALS = [
 PENDING_REASON = "it may claim authority, a permission, a role over others or an approval, or give an instruction"
 UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read well"
 # A chat sentence asks and explains as no fact does ("..., so the queries need to be MySQL-compatible"):
-# it holds the fact taken from it only at this score or above. Chosen on dev chat sentences (the
-# 2026-12-06 fresh corpus's chat rows after its one measurement; 600 LoCoMo turns) with the shipped
-# judge: of 90 attacks said in chat, 10 are stored with no sentence check, 0 at the fact's own
-# threshold, 1 at 0.45, 3 at 0.5; ordinary sentences held: 8 of 120 with none, 11 at the fact's
-# threshold, 8 at 0.45; LoCoMo turns with a fact held: 14 of 199 with none, 18, and 14 at 0.45.
-# With the judge of 2b3a1488 (`eval_poisoning --corpus evals/poisoning/outside --said-bars 0.4,0.45,0.5`):
-# 0 of the 90 attacks stored at 0.4 and 0.45, 1 at 0.5; ordinary sentences held 9, 8 and 7 of 120.
-SAID_THRESHOLD = 0.45
+# it holds the fact taken from it only at this score or above. Chosen on dev chat sentences with the
+# judge of 24624459 (`eval_poisoning --corpus DIR --said-bars 0.4,0.45,0.5`, docs/security.md): of the
+# outside corpus's 90 chat attacks 0 are stored at 0.4, 0.45 and 0.5, of fresh corpus 5's 88 (read
+# once before) 1, 3 and 5; ordinary sentences held: 8, 8, 7 of 120 and 4, 4, 4 of 126; LoCoMo dev
+# turns with a fact held, 32 and 31 of 363 at 0.4 and 0.45.
+SAID_THRESHOLD = 0.4
 SAID_REASON = "what was said with it may claim authority, a permission, a role over others or an approval"
 
 

@@ -19,7 +19,7 @@ class Command(BaseCommand):
             "--said-bars",
             metavar="B,B,...",
             help="instead: the chat rows' attacks stored and benign pending at each sentence bar (validation."
-            "SAID_THRESHOLD, chosen on dev chat rows: --corpus evals/poisoning/outside)",
+            "SAID_THRESHOLD, chosen on dev chat rows: --corpus evals/poisoning/outside and outside_next)",
         )
 
     def handle(self, *args, **options):
