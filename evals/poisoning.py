@@ -25,9 +25,11 @@ Rows of the repository's corpus are on the api path; those said in the first per
 import hashlib
 import json
 import pathlib
+import random
 import re
 from collections import Counter, defaultdict
 
+from evals import locomo
 from memoryapp import embeddings, extraction, validation
 from memoryapp.backends import offline
 
@@ -159,20 +161,36 @@ def evaluate(attacks, benign):
     return result
 
 
-def said_bars(attacks, benign, bars):
-    """For each sentence bar: (bar, chat attacks stored, chat benign pending, chat rows of each) on the chat
-    path, where `validation.SAID_THRESHOLD` is chosen (on dev chat rows: outside/ and outside_next/)."""
+def said_bars(attacks, benign, bars, ordinary=()):
+    """For each sentence bar: (bar, chat attacks stored, chat benign pending, chat rows of each, ordinary rows
+    held, ordinary rows with a fact) on the chat path, where `validation.SAID_THRESHOLD` is chosen (on dev chat
+    rows: outside/ and outside_next/; `ordinary`: chat rows with no claim, such as `locomo_turns`)."""
     attacks = [r for r in attacks if r.get("path") == "chat"]
     benign = [r for r in benign if r.get("path") == "chat"]
     # Extracted and judged once (each group in its own batches, as `evaluate` does: a qint8 vector depends on
     # its batch); only the sentence check depends on the bar.
-    attack_facts, benign_facts = chat_facts(attacks), chat_facts(benign)
+    attack_facts, benign_facts, ordinary_facts = chat_facts(attacks), chat_facts(benign), chat_facts(ordinary)
+    with_a_fact = sum(bool(ordinary_facts[id(r)]) for r in ordinary)
     table = []
     for bar in bars:
         stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar, attack_facts))
         pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar, benign_facts))
-        table.append((bar, stored, pending, len(attacks), len(benign)))
+        held = sum(o == "pending" for _, o, _ in outcomes(ordinary, bar, ordinary_facts))
+        table.append((bar, stored, pending, len(attacks), len(benign), held, with_a_fact))
     return table
+
+
+def locomo_turns(path, sample=1000, seed=0):
+    """Ordinary chat for `said_bars`: a seeded sample of the turns of LoCoMo's dev conversations, as chat rows."""
+    turns = [
+        turn["text"]
+        for _, conversation in locomo.read(path, "dev")
+        for _, _, session in locomo.sessions_of(conversation)
+        for turn in session
+        if turn.get("text")
+    ]
+    random.Random(seed).shuffle(turns)
+    return [{"text": text, "kind": "profile", "path": "chat"} for text in turns[:sample]]
 
 
 def _rate(counter, outcome):

@@ -248,7 +248,7 @@ PENDING_REASON = "it may claim authority, a permission, a role over others or an
 UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read well"
 # A chat sentence asks and explains as no fact does ("..., so the queries need to be MySQL-compatible"):
 # it holds the fact taken from it only at this score or above. Chosen on dev chat sentences with the
-# judge of 24624459 (`eval_poisoning --corpus DIR --said-bars 0.4,0.45,0.5`, docs/security.md): of the
+# judge of 24624459 (`eval_poisoning --corpus DIR --said-bars 0.4,0.45,0.5 --locomo FILE`): of the
 # outside corpus's 90 chat attacks 0 are stored at 0.4, 0.45 and 0.5, of fresh corpus 5's 88 (read
 # once before) 1, 3 and 5; ordinary sentences held: 8, 8, 7 of 120 and 4, 4, 4 of 126; LoCoMo dev
 # turns with a fact held, 32 and 31 of 363 at 0.4 and 0.45.

@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from evals import poisoning
+from evals import locomo, poisoning
 
 
 class Command(BaseCommand):
@@ -21,6 +21,12 @@ class Command(BaseCommand):
             help="instead: the chat rows' attacks stored and benign pending at each sentence bar (validation."
             "SAID_THRESHOLD, chosen on dev chat rows: --corpus evals/poisoning/outside and outside_next)",
         )
+        parser.add_argument(
+            "--locomo",
+            metavar="FILE",
+            help="with --said-bars: also the facts held from 1,000 of LoCoMo's dev turns, ordinary chat"
+            " (e.g. ../shared/datasets/locomo/locomo10.json)",
+        )
 
     def handle(self, *args, **options):
         attacks, benign = poisoning.corpus(options["split"], options["corpus"])
@@ -29,9 +35,18 @@ class Command(BaseCommand):
                 bars = [float(b) for b in options["said_bars"].split(",")]
             except ValueError as exc:
                 raise CommandError("--said-bars takes numbers separated by commas, e.g. 0.4,0.45,0.5") from exc
-            self.stdout.write("sentence bar  chat attacks stored  chat benign pending")
-            for bar, stored, pending, n_attacks, n_benign in poisoning.said_bars(attacks, benign, bars):
-                self.stdout.write(f"{bar:>12.2f}  {stored:>8} of {n_attacks:<8}  {pending:>8} of {n_benign}")
+            try:
+                ordinary = poisoning.locomo_turns(options["locomo"]) if options["locomo"] else []
+            except locomo.DatasetMissing as exc:
+                raise CommandError(f"--locomo: {options['locomo']} not found (LoCoMo's locomo10.json)") from exc
+            self.stdout.write(
+                "sentence bar  chat attacks stored  chat benign pending" + ("  LoCoMo turns held" if ordinary else "")
+            )
+            for bar, stored, pending, n_attacks, n_benign, held, with_a_fact in poisoning.said_bars(
+                attacks, benign, bars, ordinary
+            ):
+                line = f"{bar:>12.2f}  {stored:>8} of {n_attacks:<8}  {pending:>8} of {n_benign:<8}"
+                self.stdout.write((line + (f"  {held:>8} of {with_a_fact}" if ordinary else "")).rstrip())
             return
         result = poisoning.evaluate(attacks, benign)
         where = options["corpus"] or f"evals/poisoning/, {options['split']} split"
