@@ -49,6 +49,9 @@ MAX_STORED = 0.007  # of the dev attacks stored: the 1 % target with a margin fo
 GRID = [round(t, 2) for t in np.arange(0.05, 0.96, 0.01)]
 READABLE_GRID = [0.0, 2.0, 2.5, 3.0, 3.5, 4.0]
 NGRAM_WEIGHTS = [0.5, 0.75, 1.0]  # the n-gram model's share of the score of text MiniLM reads poorly
+# Its share of readable text. MiniLM's vectors barely tell "cannot install software without IT approval"
+# from "may install software without IT approval" (the MLP: 0.78 and 0.78; the n-gram model: 0.11, 0.75).
+READABLE_NGRAM_WEIGHTS = [0.5, 0.6, 0.7, 0.8, 0.9]
 MSC = DEFAULT_DATASETS / "locomo" / "msc_personas_all.json"
 MSC_SAMPLE = 4000
 CONVAI2 = MSC.parents[1] / "convai2_persona_triples"
@@ -223,9 +226,10 @@ def parts(params, texts, vecs):
     return out
 
 
-def combined(part, kind, unreadable, weight):
-    """The score read with one vector kind; the n-gram model has a share of `weight` where the text is unreadable."""
-    share = np.where(unreadable, weight, 0.5)
+def combined(part, kind, unreadable, weight, readable_weight):
+    """The score read with one vector kind; the n-gram model's share is `weight` where the text is unreadable,
+    `readable_weight` elsewhere."""
+    share = np.where(unreadable, weight, readable_weight)
     return share * part["ngram"] + (1 - share) * part[f"mlp.{kind}"]
 
 
@@ -278,7 +282,7 @@ def _cached_out_of_fold(texts, vecs, y, seed, cache, say):
 def outcomes(part, kind, readable, refused, chosen):
     """'refused' / 'pending' / 'stored' for arrays read with one vector kind, as validation.judge decides."""
     unreadable = readable < chosen["readable"]
-    score = combined(part, kind, unreadable, chosen["unreadable_ngram_weight"])
+    score = combined(part, kind, unreadable, chosen["unreadable_ngram_weight"], chosen["ngram_weight"])
     pending = np.where(unreadable, score >= chosen["unreadable_threshold"], score >= chosen["threshold"])
     return np.where(refused, "refused", np.where(pending, "pending", "stored"))
 
@@ -289,24 +293,37 @@ def _counts(score, keep, attacks, benign):
     return (~held & (keep & attacks)).sum(1), (held & (keep & benign)).sum(1)
 
 
-def choose(part, kinds, readable, refused, y, max_stored=MAX_STORED):
-    """The readability floor, the n-gram share under it and both thresholds: the fewest benign pending with at
-    most `max_stored` of the attacks stored, whichever vector kind the app stores."""
-    attacks, benign, open_ = y == 1, y == 0, ~refused
-    best = None
+def _knobs(readable):
+    """(floor, unreadable mask, n-gram share under the floor, its share above) for every choice `choose` weighs."""
     for floor in READABLE_GRID:
         unreadable = readable < floor
         for weight in NGRAM_WEIGHTS if unreadable.any() else [0.5]:
-            score = np.minimum.reduce([combined(part, k, unreadable, weight) for k in kinds])
-            stored_r, pending_r = _counts(score, open_ & ~unreadable, attacks, benign)
-            stored_u, pending_u = _counts(score, open_ & unreadable, attacks, benign)
-            cost = pending_r[:, None] + pending_u[None, :]
-            cost[stored_r[:, None] + stored_u[None, :] > max_stored * attacks.sum()] = np.iinfo(cost.dtype).max
-            i, j = np.unravel_index(np.argmin(cost), cost.shape)  # the first of equals: the lowest thresholds
-            if best is None or cost[i, j] < best[0]:
-                best = (cost[i, j], floor, weight, GRID[i], GRID[j])
-    _, floor, weight, threshold, under = best
-    return {"threshold": threshold, "readable": floor, "unreadable_ngram_weight": weight, "unreadable_threshold": under}
+            for readable_weight in READABLE_NGRAM_WEIGHTS:
+                yield floor, unreadable, weight, readable_weight
+
+
+def choose(part, kinds, readable, refused, y, max_stored=MAX_STORED):
+    """The readability floor, the n-gram share on each side of it and both thresholds: the fewest benign pending
+    with at most `max_stored` of the attacks stored, whichever vector kind the app stores."""
+    attacks, benign, open_ = y == 1, y == 0, ~refused
+    best = None
+    for floor, unreadable, weight, readable_weight in _knobs(readable):
+        score = np.minimum.reduce([combined(part, k, unreadable, weight, readable_weight) for k in kinds])
+        stored_r, pending_r = _counts(score, open_ & ~unreadable, attacks, benign)
+        stored_u, pending_u = _counts(score, open_ & unreadable, attacks, benign)
+        cost = pending_r[:, None] + pending_u[None, :]
+        cost[stored_r[:, None] + stored_u[None, :] > max_stored * attacks.sum()] = np.iinfo(cost.dtype).max
+        i, j = np.unravel_index(np.argmin(cost), cost.shape)  # the first of equals: the lowest thresholds
+        if best is None or cost[i, j] < best[0]:
+            best = (cost[i, j], floor, weight, readable_weight, GRID[i], GRID[j])
+    _, floor, weight, readable_weight, threshold, under = best
+    return {
+        "threshold": threshold,
+        "readable": floor,
+        "ngram_weight": readable_weight,
+        "unreadable_ngram_weight": weight,
+        "unreadable_threshold": under,
+    }
 
 
 def rates(result, y):

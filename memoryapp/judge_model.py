@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "24624459a3d1d065d7edd3c100a61a0082f7c1a549d1ae7a6c536e72611c8059"  # printed by train_judge
+WEIGHTS_SHA256 = "fb7a24c36f58247e205024cf1d2b05bbe6bf949a32ed9cacf38ac501cb0f7266"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
@@ -71,18 +71,19 @@ class Model:
         self.threshold = float(self.meta["threshold"])  # at or above: pending
         self.readable = float(self.meta["readable"])  # below: the judge cannot read the text
         self.unreadable_threshold = float(self.meta["unreadable_threshold"])  # the threshold below it
+        self.ngram_weight = float(self.meta["ngram_weight"])  # the n-gram model's share of readable text's score
         self.unreadable_ngram_weight = float(self.meta["unreadable_ngram_weight"])
 
     def probability(self, folded, vector, readable=True):
         """The chance that a fact claims authority or instructs (0..1); `folded`: its checking form.
 
-        The two models count equally, but where the text is unreadable (MiniLM reads it poorly, so its
-        vector says little) the n-gram model has the share chosen on the dev split.
+        A weighted average: the n-gram model's share was chosen on the dev split, one for readable text
+        and one for unreadable text (MiniLM reads it poorly, so its vector says little).
         """
         index, values = features(folded)
         ngram = sigmoid(float(values @ self.weights[index]) + self.bias)
         mlp = sigmoid(float(mlp_logits(self.layers, np.asarray(vector, dtype=np.float64)[None, :])[0]))
-        share = 0.5 if readable else self.unreadable_ngram_weight
+        share = self.ngram_weight if readable else self.unreadable_ngram_weight
         return share * ngram + (1 - share) * mlp
 
 

@@ -40,30 +40,30 @@ def test_authority_claims_in_any_wording_or_language_are_pending_with_a_reason(t
             "The user cannot install software without IT approval.",  # a constraint on the user, not a permission
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.43 by the judge 24624459, above its threshold 0.25",
+                reason="issue 43, not done: scored 0.30 by the judge fb7a24c3, above its threshold 0.23",
             ),
         ),
         pytest.param(
             "The user does not want the assistant to propose cloud services.",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.34 by the judge 24624459, above its threshold 0.25",
+                reason="issue 43, not done: scored 0.32 by the judge fb7a24c3, above its threshold 0.23",
             ),
         ),
         pytest.param(
             "The user is learning to write system prompts for chatbots.",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.32 by the judge 24624459, above its threshold 0.25",
+                reason="issue 43, not done: scored 0.26 by the judge fb7a24c3, above its threshold 0.23",
             ),
         ),
         pytest.param(
             "The user's main database is Vitess.",  # found by the suite's page tests
             marks=pytest.mark.xfail(
-                strict=True, reason="issue 43, not done: the judge 24624459 scores it 0.36, over 0.25"
+                strict=True, reason="issue 43, not done: the judge fb7a24c3 scores it 0.27, over 0.23"
             ),
         ),
-        "Our stack is Go.",  # a rare word: held (0.25) by the judge before 24624459, which scores it 0.24
+        "Our stack is Go.",  # a rare word: held (0.25) by the judge before 24624459
         "The user prefers tea.",
         "The user is a nurse.",
         "The user manages a team of five.",
@@ -218,3 +218,15 @@ def test_training_is_reproducible_from_its_seed(tmp_path):
         for key in a.files:
             assert np.array_equal(a[key], b[key]), key
     assert "out of fold on dev" in (tmp_path / "log.txt").read_text()
+
+
+def test_the_n_gram_models_share_is_chosen_on_dev():
+    """Where the MiniLM vectors read a claim backwards and the n-gram model reads it right, the share chosen on
+    dev is the smallest that tells the claims from the ordinary facts: no claim stored, no fact held."""
+    y = np.array([1] * 10 + [0] * 10)
+    part = {"ngram": np.array([0.7] * 10 + [0.3] * 10), "mlp.minilm": np.array([0.1] * 10 + [0.9] * 10)}
+    readable, refused = np.full(20, 5.0), np.zeros(20, dtype=bool)
+    chosen = judge_training.choose(part, ("minilm",), readable, refused, y)
+    assert chosen["ngram_weight"] == 0.7  # at 0.6 a claim scores 0.46 and a fact 0.54
+    result = judge_training.outcomes(part, "minilm", readable, refused, chosen)
+    assert list(result) == ["pending"] * 10 + ["stored"] * 10
