@@ -108,15 +108,15 @@ def chat_facts(chat):
     return judged
 
 
-def outcomes(rows, said_bar=validation.SAID_THRESHOLD, facts=None):
-    """Each row's outcome and the reasons behind it, on the row's path (`said_bar`: the sentence bar of chat
-    rows; `facts`: their `chat_facts`, when already judged)."""
+def outcomes(rows, said_bar=validation.SAID_THRESHOLD, facts=None, message_bar=validation.MESSAGE_THRESHOLD):
+    """Each row's outcome and the reasons behind it, on the row's path (`said_bar` and `message_bar`: the bars
+    of chat rows' sentences; `facts`: their `chat_facts`, when already judged)."""
     api = [r for r in rows if r.get("path", "api") == "api"]
     chat = [r for r in rows if r.get("path") == "chat"]
     facts = chat_facts(chat) if facts is None else facts
     judged = defaultdict(list)
     for row in chat:  # as a session's extraction judges them: each fact, then the sentence it was taken from
-        judged[id(row)] = extraction.judged_with_what_was_said(facts[id(row)], [row["text"]], said_bar)
+        judged[id(row)] = extraction.judged_with_what_was_said(facts[id(row)], [row["text"]], said_bar, message_bar)
     for row, judgement in zip(api, judge_texts([(r["text"], r["kind"]) for r in api]), strict=True):
         judged[id(row)].append(judgement)
     return [(r, outcome_of(judged[id(r)]), judged[id(r)]) for r in api + chat]
@@ -162,9 +162,10 @@ def evaluate(attacks, benign):
 
 
 def said_bars(attacks, benign, bars, ordinary=()):
-    """For each sentence bar: (bar, chat attacks stored, chat benign pending, chat rows of each, ordinary rows
-    held, ordinary rows with a fact) on the chat path, where `validation.SAID_THRESHOLD` is chosen (on dev chat
-    rows: outside/ and outside_next/; `ordinary`: chat rows with no claim, such as `locomo_turns`)."""
+    """For each (sentence bar, message bar): (bars, chat attacks stored, chat benign pending, chat rows of each,
+    ordinary rows held, ordinary rows with a fact) on the chat path, where `validation.SAID_THRESHOLD` and
+    `MESSAGE_THRESHOLD` are chosen (on dev chat rows: outside/, outside_next/ and fresh6/; `ordinary`: chat
+    rows with no claim, such as `locomo_turns`)."""
     attacks = [r for r in attacks if r.get("path") == "chat"]
     benign = [r for r in benign if r.get("path") == "chat"]
     # Extracted and judged once (each group in its own batches, as `evaluate` does: a qint8 vector depends on
@@ -172,11 +173,11 @@ def said_bars(attacks, benign, bars, ordinary=()):
     attack_facts, benign_facts, ordinary_facts = chat_facts(attacks), chat_facts(benign), chat_facts(ordinary)
     with_a_fact = sum(bool(ordinary_facts[id(r)]) for r in ordinary)
     table = []
-    for bar in bars:
-        stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar, attack_facts))
-        pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar, benign_facts))
-        held = sum(o == "pending" for _, o, _ in outcomes(ordinary, bar, ordinary_facts))
-        table.append((bar, stored, pending, len(attacks), len(benign), held, with_a_fact))
+    for bar, message_bar in bars:
+        stored = sum(o == "stored" for _, o, _ in outcomes(attacks, bar, attack_facts, message_bar))
+        pending = sum(o == "pending" for _, o, _ in outcomes(benign, bar, benign_facts, message_bar))
+        held = sum(o == "pending" for _, o, _ in outcomes(ordinary, bar, ordinary_facts, message_bar))
+        table.append(((bar, message_bar), stored, pending, len(attacks), len(benign), held, with_a_fact))
     return table
 
 

@@ -455,15 +455,28 @@ def _source_sentence(fact_text, sentences):
     return found
 
 
-def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD):
-    """The judgements of (fact text, judgement) pairs once the sentence each fact was taken from (of the
-    texts `said`) is read too: a fact the judge would store waits for the person's word when that
-    sentence may claim authority or instruct (`validation.judge_said` at `bar`). Each sentence is split,
-    judged (and embedded) once."""
-    sentences = [(sentence, _words(sentence)) for text in said for sentence in phrasing.sentences(text)]
+def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD, message_bar=validation.MESSAGE_THRESHOLD):
+    """The judgements of (fact text, judgement) pairs once what was said is read too: a fact the judge would
+    store waits for the person's word when the sentence it was taken from (of the messages `said`) scores
+    `bar` or more, or another sentence of the same message `message_bar` or more (`validation.said_score`).
+    Each sentence is split, judged (and embedded) once."""
+    said_sentences = [(n, sentence) for n, text in enumerate(said) for sentence in phrasing.sentences(text)]
+    sentences = [(sentence, _words(sentence)) for _, sentence in said_sentences]
     source = {text: _source_sentence(text, sentences) for text, judgement in judged if judgement.outcome == "stored"}
-    held = {sentence: validation.judge_said(sentence, bar) for sentence in set(source.values()) if sentence}
-    return [held.get(source.get(text)) or judgement for text, judgement in judged]
+    message = {sentence: n for n, sentence in said_sentences}
+    wanted = {message[sentence] for sentence in source.values() if sentence}
+    score = {sentence: validation.said_score(sentence) for n, sentence in said_sentences if n in wanted}
+    loudest = {}  # each message's highest sentence score
+    for n, sentence in said_sentences:
+        if n in wanted:
+            loudest[n] = max(loudest.get(n, 0.0), score[sentence])
+
+    def held(sentence):
+        if sentence is None or (score[sentence] < bar and loudest[message[sentence]] < message_bar):
+            return None
+        return validation.Judgement("pending", f"to confirm: {validation.SAID_REASON}", loudest[message[sentence]])
+
+    return [held(source.get(text)) or judgement for text, judgement in judged]
 
 
 def propose_org_fact(session, run, candidate):

@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from evals import locomo, poisoning
+from memoryapp import validation
 
 
 class Command(BaseCommand):
@@ -17,9 +18,10 @@ class Command(BaseCommand):
         parser.add_argument("--show-misses", action="store_true", help="list stored attacks and held benign facts")
         parser.add_argument(
             "--said-bars",
-            metavar="B,B,...",
-            help="instead: the chat rows' attacks stored and benign pending at each sentence bar (validation."
-            "SAID_THRESHOLD, chosen on dev chat rows: --corpus evals/poisoning/outside and outside_next)",
+            metavar="B[/M],...",
+            help="instead: the chat rows' attacks stored and benign pending at each sentence bar B (validation."
+            "SAID_THRESHOLD) and message bar M (MESSAGE_THRESHOLD, the shipped one when left out; 1 for none),"
+            " chosen on dev chat rows: --corpus evals/poisoning/outside, outside_next and fresh6",
         )
         parser.add_argument(
             "--locomo",
@@ -32,20 +34,21 @@ class Command(BaseCommand):
         attacks, benign = poisoning.corpus(options["split"], options["corpus"])
         if options["said_bars"]:
             try:
-                bars = [float(b) for b in options["said_bars"].split(",")]
+                bars = [_bars(b) for b in options["said_bars"].split(",")]
             except ValueError as exc:
-                raise CommandError("--said-bars takes numbers separated by commas, e.g. 0.4,0.45,0.5") from exc
+                raise CommandError("--said-bars takes bars separated by commas, e.g. 0.4,0.45/0.8,0.5") from exc
             try:
                 ordinary = poisoning.locomo_turns(options["locomo"]) if options["locomo"] else []
             except locomo.DatasetMissing as exc:
                 raise CommandError(f"--locomo: {options['locomo']} not found (LoCoMo's locomo10.json)") from exc
             self.stdout.write(
-                "sentence bar  chat attacks stored  chat benign pending" + ("  LoCoMo turns held" if ordinary else "")
+                "sentence/message bar  chat attacks stored  chat benign pending"
+                + ("  LoCoMo turns held" if ordinary else "")
             )
-            for bar, stored, pending, n_attacks, n_benign, held, with_a_fact in poisoning.said_bars(
+            for (bar, message_bar), stored, pending, n_attacks, n_benign, held, with_a_fact in poisoning.said_bars(
                 attacks, benign, bars, ordinary
             ):
-                line = f"{bar:>12.2f}  {stored:>8} of {n_attacks:<8}  {pending:>8} of {n_benign:<8}"
+                line = f"{bar:>12.2f}/{message_bar:<7.2f}  {stored:>8} of {n_attacks:<8}  {pending:>8} of {n_benign:<8}"
                 self.stdout.write((line + (f"  {held:>8} of {with_a_fact}" if ordinary else "")).rstrip())
             return
         result = poisoning.evaluate(attacks, benign)
@@ -57,3 +60,9 @@ class Command(BaseCommand):
                 json.dump(result, handle, indent=2, ensure_ascii=False)
                 handle.write("\n")
             self.stdout.write(f"wrote {options['json']}")
+
+
+def _bars(text):
+    """'0.4' or '0.4/0.8' -> (sentence bar, message bar); a bare sentence bar takes the shipped message bar."""
+    bar, _, message_bar = text.partition("/")
+    return float(bar), float(message_bar) if message_bar else validation.MESSAGE_THRESHOLD
