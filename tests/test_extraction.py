@@ -341,6 +341,7 @@ def test_switch_turned_off_while_queued_means_no_extraction(org, scripted):
         ),
         ("We can't use GPL code.", [("The user's team cannot use GPL code.", "constraint")]),
         ("I'm trying to learn Rust.", [("The user is trying to learn Rust.", "goal")]),
+        ("I work for Dr. Lee at the clinic.", [("The user works for Dr. Lee at the clinic.", "profile")]),  # no break
         (
             "Never suggest solutions involving AWS — we're on-prem by contract.",
             [

@@ -35,10 +35,13 @@ def sentences(text):
             continue
         if in_fence or line.startswith(("[user turn ", "    ", "\t", ">")):
             continue
-        for s in re.split(r"(?<=[.!?])\s+", line):
-            s = s.strip()
-            if s:
-                yield s
+        pieces = []
+        for piece in re.split(r"(?<=[.!?])\s+", line):
+            if pieces and R.abbreviation_stop.search(pieces[-1]):
+                pieces[-1] += " " + piece
+            else:
+                pieces.append(piece)
+        yield from (piece.strip() for piece in pieces if piece.strip())
 
 
 def clauses(sentence):

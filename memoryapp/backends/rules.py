@@ -126,6 +126,11 @@ TABLE = {
     for r in (
         # Which sentences and clauses are candidates (phrasing.py).
         Rule(
+            "abbreviation_stop",
+            "a full stop after a title or an initial ends no sentence ('a nurse at St. Agnes', 'Dr. Lee')",
+            r"\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Mt|Prof|[A-Z])\.$",
+        ),
+        Rule(
             "question",
             "a question is no statement",
             r"\?\s*$|^(how|what|why|when|where|which|who|whom|whose|can you|could you|would you|will you|do you|"
