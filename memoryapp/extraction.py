@@ -458,14 +458,15 @@ def _source_sentence(fact_text, sentences):
 def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD, message_bar=validation.MESSAGE_THRESHOLD):
     """The judgements of (fact text, judgement) pairs once what was said is read too: a fact the judge would
     store waits for the person's word when the sentence it was taken from (of the messages `said`) scores
-    `bar` or more, or another sentence of the same message `message_bar` or more (`validation.said_score`).
+    `bar` or more, or another sentence of the same message `message_bar` or more (`validation.said_scores`).
     Each sentence is split, judged (and embedded) once."""
     said_sentences = [(n, sentence) for n, text in enumerate(said) for sentence in phrasing.sentences(text)]
     sentences = [(sentence, _words(sentence)) for _, sentence in said_sentences]
     source = {text: _source_sentence(text, sentences) for text, judgement in judged if judgement.outcome == "stored"}
     message = {sentence: n for n, sentence in said_sentences}
     wanted = {message[sentence] for sentence in source.values() if sentence}
-    score = {sentence: validation.said_score(sentence) for n, sentence in said_sentences if n in wanted}
+    read = list(dict.fromkeys(sentence for n, sentence in said_sentences if n in wanted))
+    score = dict(zip(read, validation.said_scores(read), strict=True))
     loudest = {}  # each message's highest sentence score
     for n, sentence in said_sentences:
         if n in wanted:

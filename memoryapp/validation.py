@@ -31,7 +31,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryapp import judge_model
+from memoryapp import embeddings, judge_model
 from memoryapp.vocabulary import FACT_MAX_CHARS, KINDS
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -290,15 +290,18 @@ def judge(text, kind, *, vector=None):
     return Judgement("pending", f"to confirm: {reason}", score) if reason else Judgement("stored", None, score)
 
 
-def said_score(sentence):
-    """The learned judge's score of a sentence someone said in chat; 0 when it would store it as a fact.
+def said_scores(sentences):
+    """The learned judge's score of each sentence someone said in chat (0 where it would store it as a fact),
+    the sentences embedded by MiniLM in one batch.
 
-    Only the learned judge reads it: what a person types may carry markup or code no fact may, and
+    Only the learned judge reads them: what a person types may carry markup or code no fact may, and
     the fact taken from it has been through `judge` already. An extractor's rewrite can read plainer
     than what was said ("I was told I may ..." becomes "The user may ..."), so both are judged.
     """
-    score, reason = _learned(normalise(sentence)[: 2 * FACT_MAX_CHARS], None)
-    return score if reason else 0.0
+    texts = [normalise(sentence)[: 2 * FACT_MAX_CHARS] for sentence in sentences]
+    vectors = embeddings.embed_many(texts, model=embeddings.minilm()) if texts else []
+    judged = (_learned(text, vector) for text, vector in zip(texts, vectors, strict=True))
+    return [score if reason else 0.0 for score, reason in judged]
 
 
 def _learned(text, vector):

@@ -84,7 +84,7 @@ def test_tool_and_assistant_injections_never_go_on_the_wire(org, anthropic, outc
             else real(text, kind, vector=vector)
         ),
     )
-    monkeypatch.setattr(validation, "said_score", lambda sentence: 0.0)  # what was said too
+    monkeypatch.setattr(validation, "said_scores", lambda sentences: [0.0] * len(sentences))  # what was said too
     anthropic.replies = [message(facts(("The user handles customer refunds.", "profile")))]
     person, session = _ended(
         org,
