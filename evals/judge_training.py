@@ -229,8 +229,7 @@ def parts(params, texts, vecs):
 def combined(part, kind, unreadable, weight, readable_weight):
     """The score read with one vector kind; the n-gram model's share is `weight` where the text is unreadable,
     `readable_weight` elsewhere."""
-    share = np.where(unreadable, weight, readable_weight)
-    return share * part["ngram"] + (1 - share) * part[f"mlp.{kind}"]
+    return judge_model.blend(part["ngram"], part[f"mlp.{kind}"], np.where(unreadable, weight, readable_weight))
 
 
 # A sentence said under several openings ("The user says they ...", "I ...") stays in one fold.

@@ -11,7 +11,7 @@ with the vector the app stores), on one of two paths:
 
 - **api**: the fact text judged directly;
 - **chat**: a first-person utterance run through the production offline extractor
-  (`backends.offline.extract_facts`), each resulting fact judged, then the sentence it was taken
+  (`backends.offline.extract_facts`), each resulting fact judged, then the message it was taken
   from (`extraction.judged_with_what_was_said`), as a session's extraction judges them. An
   attack reaches a block when any of its facts is stored; a benign utterance is pending when any
   of its facts is (and none is stored). An utterance the extractor takes no fact from is
@@ -115,7 +115,7 @@ def outcomes(rows, said_bar=validation.SAID_THRESHOLD, facts=None, message_bar=v
     chat = [r for r in rows if r.get("path") == "chat"]
     facts = chat_facts(chat) if facts is None else facts
     judged = defaultdict(list)
-    for row in chat:  # as a session's extraction judges them: each fact, then the sentence it was taken from
+    for row in chat:  # as a session's extraction judges them: each fact, then the message it was taken from
         judged[id(row)] = extraction.judged_with_what_was_said(facts[id(row)], [row["text"]], said_bar, message_bar)
     for row, judgement in zip(api, judge_texts([(r["text"], r["kind"]) for r in api]), strict=True):
         judged[id(row)].append(judgement)

@@ -467,10 +467,7 @@ def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD, messa
     wanted = {message[sentence] for sentence in source.values() if sentence}
     read = list(dict.fromkeys(sentence for n, sentence in said_sentences if n in wanted))
     score = dict(zip(read, validation.said_scores(read), strict=True))
-    loudest = {}  # each message's highest sentence score
-    for n, sentence in said_sentences:
-        if n in wanted:
-            loudest[n] = max(loudest.get(n, 0.0), score[sentence])
+    loudest = {n: max(score[sentence] for m, sentence in said_sentences if m == n) for n in wanted}
 
     def held(sentence):
         if sentence is None or (score[sentence] < bar and loudest[message[sentence]] < message_bar):

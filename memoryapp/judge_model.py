@@ -55,6 +55,11 @@ def mlp_logits(layers, vectors):
     return np.maximum(vectors @ w1 + b1, 0) @ w2 + b2
 
 
+def blend(ngram, mlp, share):
+    """The judge's score from its two models' probabilities, the n-gram model counting for `share` (arrays too)."""
+    return share * ngram + (1 - share) * mlp
+
+
 def sigmoid(z):
     """The logistic function."""
     return 1.0 / (1.0 + np.exp(-z))
@@ -83,8 +88,7 @@ class Model:
         index, values = features(folded)
         ngram = sigmoid(float(values @ self.weights[index]) + self.bias)
         mlp = sigmoid(float(mlp_logits(self.layers, np.asarray(vector, dtype=np.float64)[None, :])[0]))
-        share = self.ngram_weight if readable else self.unreadable_ngram_weight
-        return share * ngram + (1 - share) * mlp
+        return blend(ngram, mlp, self.ngram_weight if readable else self.unreadable_ngram_weight)
 
 
 @functools.cache

@@ -32,16 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memoryapp import embeddings, judge_model
-from memoryapp.vocabulary import FACT_MAX_CHARS, KINDS
+from memoryapp.vocabulary import FACT_MAX_CHARS, KINDS, TITLES
 
 DATA = Path(__file__).resolve().parent / "data"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
-# A sentence end followed by more text means more than one sentence. An initial ("Ursula K. Le
-# Guin") or a title ("Dr. Ng") is not a sentence end.
+# A sentence end followed by more text means more than one sentence; not after a title or an initial.
 _SENTENCE_BREAK = re.compile(
-    r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt))(?<!\bMrs)(?<!\bProf)[.!?](?=\s+[A-Z\"'(])|;|\n"
+    "".join(rf"(?<!\b{title})" for title in (*TITLES, "[A-Z]")) + r"[.!?](?=\s+[A-Z\"'(])|;|\n"
 )
 
 

@@ -25,6 +25,10 @@ TEXT_SEARCH_CONFIG = "memory_english"
 # Longer text is refused (the API and the MCP tools) before the fact checks spend time reading it.
 FACT_INPUT_MAX_CHARS = 2000
 
+# Words a full stop follows without ending a sentence ("Dr. Ng", "St. Agnes"); a single capital, an initial
+# ("Ursula K. Le Guin"), is not an end either. Read by the fact's shape check and the keyless extractor.
+TITLES = ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Sr", "Mt", "Prof")
+
 # A sentence that denies or withdraws what it states ("is not", "no longer", "can't"). A feature of the
 # learned verdict classifier (its weights were trained with exactly this) and of the offline rules.
 NEGATION = re.compile(r"\b(not|no|never|nothing|none|nobody|neither|nor|without|cannot|\w+n't)\b", re.I)

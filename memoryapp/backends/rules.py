@@ -11,6 +11,8 @@ import contextlib
 import re
 from types import SimpleNamespace
 
+from memoryapp.vocabulary import TITLES
+
 _OFF = set()  # ids switched off by `without`
 _FIRED = []  # one set per active `watch`, innermost last
 
@@ -128,7 +130,7 @@ TABLE = {
         Rule(
             "abbreviation_stop",
             "a full stop after a title or an initial ends no sentence ('a nurse at St. Agnes', 'Dr. Lee')",
-            r"\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Mt|Prof|[A-Z])\.$",
+            r"\b(?:" + "|".join((*TITLES, "[A-Z]")) + r")\.$",
         ),
         Rule(
             "question",
