@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "fb7a24c36f58247e205024cf1d2b05bbe6bf949a32ed9cacf38ac501cb0f7266"  # printed by train_judge
+WEIGHTS_SHA256 = "3559740ba2b449edbe259ee41eba02b0112bb97e74be85a829b302af7d988917"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

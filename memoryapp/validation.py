@@ -39,9 +39,10 @@ DATA = Path(__file__).resolve().parent / "data"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
 # A sentence end followed by more text means more than one sentence; not after a title or an initial.
-_SENTENCE_BREAK = re.compile(
-    "".join(rf"(?<!\b{title})" for title in (*TITLES, "[A-Z]")) + r"[.!?](?=\s+[A-Z\"'(])|;|\n"
-)
+_SENTENCE_BREAK = re.compile("".join(rf"(?<!\b{title})" for title in (*TITLES, "[A-Z]")) + r"[.!?](?=\s+[A-Z\"'(])|\n")
+# A semicolon joins two clauses of one sentence ("...; the user is one of its trustees."): the judge reads
+# each clause on its own too, so an ordinary first clause cannot soften an instruction in the second.
+_CLAUSE_BREAK = re.compile(r";\s+")
 
 
 def normalise(text):
@@ -285,7 +286,9 @@ def judge(text, kind, *, vector=None):
     problem = refusal(text, kind)
     if problem:
         return Judgement("refused", problem, None)
-    score, reason = _learned(text, vector)
+    clauses = _CLAUSE_BREAK.split(text)
+    judged = [_learned(text, vector)] + (_learned_each(clauses) if len(clauses) > 1 else [])
+    score, reason = max(judged, key=lambda scored: (scored[1] is not None, scored[0]))
     return Judgement("pending", f"to confirm: {reason}", score) if reason else Judgement("stored", None, score)
 
 
@@ -297,10 +300,14 @@ def said_scores(sentences):
     the fact taken from it has been through `judge` already. An extractor's rewrite can read plainer
     than what was said ("I was told I may ..." becomes "The user may ..."), so both are judged.
     """
-    texts = [normalise(sentence)[: 2 * FACT_MAX_CHARS] for sentence in sentences]
-    vectors = embeddings.embed_many(texts, model=embeddings.minilm()) if texts else []
-    judged = (_learned(text, vector) for text, vector in zip(texts, vectors, strict=True))
+    judged = _learned_each([normalise(sentence)[: 2 * FACT_MAX_CHARS] for sentence in sentences])
     return [score if reason else 0.0 for score, reason in judged]
+
+
+def _learned_each(texts):
+    """`_learned` of each text, the texts embedded by MiniLM in one batch."""
+    vectors = embeddings.embed_many(texts, model=embeddings.minilm()) if texts else []
+    return [_learned(text, vector) for text, vector in zip(texts, vectors, strict=True)]
 
 
 def _learned(text, vector):

@@ -193,6 +193,14 @@ def test_a_text_that_is_not_a_fact_is_422_fact_rejected_and_nothing_is_stored(ap
     assert not MemoryFact.objects.exists()
 
 
+def test_two_clauses_joined_by_a_semicolon_are_one_fact(api, alice, scripted):
+    r = api.post(
+        "/v1/users/alice/facts", {"text": "The user's diet is vegetarian; they cook every day.", "kind": "profile"}
+    )
+    assert r.status_code == 201 and r.json()["outcome"] == "created"
+    assert MemoryFact.objects.for_user(alice).live().get().text == "The user's diet is vegetarian; they cook every day."
+
+
 def test_memory_off_or_a_memory_off_session_refuses_writes_with_409(api, org, alice, scripted):
     off_session = sessions.open_session(org, alice, memory="off")
     r = api.post("/v1/users/alice/facts", {"text": DOG, "kind": "profile", "session": str(off_session.id)})
