@@ -467,7 +467,10 @@ def judged_with_what_was_said(judged, said, bar=validation.SAID_THRESHOLD, messa
     wanted = {message[sentence] for sentence in source.values() if sentence}
     read = list(dict.fromkeys(sentence for n, sentence in said_sentences if n in wanted))
     score = dict(zip(read, validation.said_scores(read), strict=True))
-    loudest = {n: max(score[sentence] for m, sentence in said_sentences if m == n) for n in wanted}
+    loudest = dict.fromkeys(wanted, 0.0)  # each message's highest sentence score, in one pass over what was said
+    for n, sentence in said_sentences:
+        if n in loudest:
+            loudest[n] = max(loudest[n], score[sentence])
 
     def held(sentence):
         if sentence is None or (score[sentence] < bar and loudest[message[sentence]] < message_bar):
