@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "3559740ba2b449edbe259ee41eba02b0112bb97e74be85a829b302af7d988917"  # printed by train_judge
+WEIGHTS_SHA256 = "3274cebb675fad4ae05850d09feecbc07fb7b32d5be9cc6ec54ca95f181eb756"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
