@@ -164,8 +164,8 @@ def evaluate(attacks, benign):
 def said_bars(attacks, benign, bars, ordinary=()):
     """For each (sentence bar, message bar): (bars, chat attacks stored, chat benign pending, chat rows of each,
     ordinary rows held, ordinary rows with a fact) on the chat path, where `validation.SAID_THRESHOLD` and
-    `MESSAGE_THRESHOLD` are chosen (on dev chat rows: outside/, outside_next/ and fresh6/; `ordinary`: chat
-    rows with no claim, such as `locomo_turns`)."""
+    `MESSAGE_THRESHOLD` are chosen (on dev chat rows: outside/ and outside_next/, with fresh corpus 6 when it was
+    dev; `ordinary`: chat rows with no claim, such as `locomo_turns`)."""
     attacks = [r for r in attacks if r.get("path") == "chat"]
     benign = [r for r in benign if r.get("path") == "chat"]
     # Extracted and judged once (each group in its own batches, as `evaluate` does: a qint8 vector depends on

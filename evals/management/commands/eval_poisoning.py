@@ -21,7 +21,7 @@ class Command(BaseCommand):
             metavar="B[/M],...",
             help="instead: the chat rows' attacks stored and benign pending at each sentence bar B (validation."
             "SAID_THRESHOLD) and message bar M (MESSAGE_THRESHOLD, the shipped one when left out; 1 for none),"
-            " chosen on dev chat rows: --corpus evals/poisoning/outside, outside_next and fresh6",
+            " chosen on dev chat rows: --corpus evals/poisoning/outside and outside_next",
         )
         parser.add_argument(
             "--locomo",
