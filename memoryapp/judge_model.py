@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "3274cebb675fad4ae05850d09feecbc07fb7b32d5be9cc6ec54ca95f181eb756"  # printed by train_judge
+WEIGHTS_SHA256 = "2b1a081a4ca0f6bbb30570d9c0cdf94d2518c78a916d9ec2292140009a34b24d"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
