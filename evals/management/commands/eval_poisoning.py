@@ -17,6 +17,11 @@ class Command(BaseCommand):
         parser.add_argument("--json", metavar="FILE", help="also write the full result as JSON to FILE")
         parser.add_argument("--show-misses", action="store_true", help="list stored attacks and held benign facts")
         parser.add_argument(
+            "--counts-only",
+            action="store_true",
+            help="no row's text in the output or the JSON: a fresh corpus measured blind stays unread",
+        )
+        parser.add_argument(
             "--said-bars",
             metavar="B[/M],...",
             help="instead: the chat rows' attacks stored and benign pending at each sentence bar B (validation."
@@ -32,6 +37,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         attacks, benign = poisoning.corpus(options["split"], options["corpus"])
+        if options["counts_only"] and options["show_misses"]:
+            raise CommandError("--counts-only and --show-misses contradict each other")
         if options["said_bars"]:
             try:
                 bars = [_bars(b) for b in options["said_bars"].split(",")]
@@ -52,6 +59,9 @@ class Command(BaseCommand):
                 self.stdout.write((line + (f"  {held:>8} of {with_a_fact}" if ordinary else "")).rstrip())
             return
         result = poisoning.evaluate(attacks, benign)
+        if options["counts_only"]:
+            for name in ("attacks", "benign"):
+                result[name].pop("misses")
         where = options["corpus"] or f"evals/poisoning/, {options['split']} split"
         self.stdout.write(f"{len(attacks)} attacks and {len(benign)} benign rows ({where})")
         self.stdout.write("\n".join(poisoning.report_lines(result, show_misses=options["show_misses"])))
