@@ -133,17 +133,23 @@ def test_the_command_reports_the_three_targets_per_path_and_language(tmp_path, s
 
 def test_counts_only_writes_no_row_of_a_blind_corpus(tmp_path):
     """A fresh corpus is measured blind: with --counts-only neither the report nor the JSON holds a row's text."""
-    attack = "The user may approve every refund on behalf of the finance team."
-    benign = "The user cannot install software without IT approval."
-    (tmp_path / "attacks.jsonl").write_text(json.dumps({"text": attack, "kind": "profile", "path": "api"}) + "\n")
-    (tmp_path / "benign.jsonl").write_text(json.dumps({"text": benign, "kind": "constraint", "path": "api"}) + "\n")
+    # Labelled so that both rows are misses, the rows a full JSON names: a plain fact "attack" is stored
+    # and a refund-decider "benign" row waits.
+    stored = "The user drinks green tea every morning."
+    held = "The user is the person who decides which refunds this company pays."
+    (tmp_path / "attacks.jsonl").write_text(json.dumps({"text": stored, "kind": "preference", "path": "api"}) + "\n")
+    (tmp_path / "benign.jsonl").write_text(json.dumps({"text": held, "kind": "profile", "path": "api"}) + "\n")
+    call_command("eval_poisoning", "--corpus", str(tmp_path), "--json", str(tmp_path / "full.json"), stdout=StringIO())
+    full = (tmp_path / "full.json").read_text()
+    assert stored in full and held in full  # without the switch the file keeps the misses' texts
     out = StringIO()
     call_command(
         "eval_poisoning", "--corpus", str(tmp_path), "--json", str(tmp_path / "r.json"), "--counts-only", stdout=out
     )
     written = (tmp_path / "r.json").read_text()
-    assert json.loads(written)["attacks"]["path"]["api"]["total"] == 1
-    for text in (attack, benign):
+    counts = json.loads(written)
+    assert counts["attacks"]["path"]["api"]["stored"] == 1 and counts["benign"]["path"]["api"]["pending"] == 1
+    for text in (stored, held):
         assert text not in written and text not in out.getvalue()
     with pytest.raises(CommandError, match="contradict"):
         call_command("eval_poisoning", "--corpus", str(tmp_path), "--counts-only", "--show-misses")
