@@ -1,5 +1,4 @@
-from memoryapp import people
-from memoryapp.models import Membership
+from memoryapp import orgs, people
 
 AREAS = (("/me/", "me"), ("/console/", "console"), ("/orgs/", "org"))
 
@@ -18,5 +17,5 @@ def navigation(request):
     return {
         "area": area,
         "signed_in_as": user.get_username(),
-        "nav_memberships": Membership.objects.filter(user=user).select_related("org"),
+        "nav_memberships": orgs.memberships_for(request),
     }

@@ -53,6 +53,17 @@ def orgs_of(user):
     return Membership.objects.filter(user=user).select_related("org").order_by("org__name")
 
 
+def memberships_for(request):
+    """The signed-in person's memberships with their organisations, read once per request.
+
+    Why once: the header lists them on every page and an org page checks one of them; two reads cost a
+    query each on every org page.
+    """
+    if not hasattr(request, "_memberships"):
+        request._memberships = list(orgs_of(request.user))
+    return request._memberships
+
+
 # --- the org tier ---------------------------------------------------------------------
 
 

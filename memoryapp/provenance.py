@@ -165,6 +165,9 @@ def fact_provenance(fact):
         ChainLink(f, f.id == fact.id, reason=f.supersede_reason, event=events_by_fact.get(f.id)) for f in chain_facts
     ]
     recalls = RecallLog.objects.filter(fact=fact).select_related("session").order_by("-created_at", "-id")
+    shown = list(recalls[:RECALLS_SHOWN])
+    # The newest recall is the first shown, so "last recalled" and a short list's count need no query of their own.
+    fact.last_recall = shown[0].created_at if shown else None
     prov = FactProvenance(
         fact=fact,
         external_ids=_external_ids(fact),
@@ -176,8 +179,8 @@ def fact_provenance(fact):
         events=list(
             FactEvent.objects.filter(fact_id=fact.id).select_related("actor_user", "session").order_by("created_at")
         ),
-        recalls=list(recalls[:RECALLS_SHOWN]),
-        recall_count=recalls.count(),
+        recalls=shown,
+        recall_count=len(shown) if len(shown) < RECALLS_SHOWN else recalls.count(),
         trailing_hidden=trailing,
     )
     return prov

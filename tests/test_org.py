@@ -584,3 +584,21 @@ def test_members_page_lists_members_only_and_remembered_persons_have_their_own_p
     assert "customer-42" not in members and person.username not in members
     remembered = client_for(alice).get(f"/orgs/{org.slug}/people/").content.decode()
     assert "customer-42" in remembered and person.username not in remembered
+
+
+def test_the_header_lists_a_persons_orgs_by_name_and_an_org_page_reads_them_once(make_user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    zeta = Organization.objects.create(slug="zeta", name="Zeta Works")
+    alpha = Organization.objects.create(slug="alpha", name="Alpha Labs")
+    person = make_user("multi", zeta)
+    Membership.objects.create(user=person, org=alpha, role="member")
+    Organization.objects.create(slug="other", name="Other Co")  # not theirs: not listed, not reachable
+    client = client_for(person)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/orgs/zeta/").content.decode()
+    assert page.index("Alpha Labs</a>") < page.index("Zeta Works</a>") and "Other Co" not in page
+    # The header and the page share one read of the person's memberships.
+    assert sum('FROM "memoryapp_membership"' in q["sql"] for q in queries.captured_queries) == 1
+    assert client.get("/orgs/other/").status_code == 404

@@ -236,6 +236,31 @@ def test_fact_page_shows_source_turns_run_chain_timeline_and_recalls(staff_clien
     assert "Injected into 0 sessions" in page
 
 
+def test_fact_page_says_when_it_was_last_recalled_and_counts_past_the_recalls_it_lists(staff_client, story):
+    from memoryapp import provenance
+    from memoryapp.models import RecallLog
+
+    old, new = story["old"], story["new"]
+    assert (
+        "<dt>Last recalled</dt><dd>never</dd>"
+        in staff_client.get(reverse("console-fact", args=[old.id])).content.decode()
+    )
+    latest = RecallLog.objects.get(fact=new).created_at
+    page = staff_client.get(reverse("console-fact", args=[new.id])).content.decode()
+    assert f"<dt>Last recalled</dt><dd>{latest.strftime('%-d %b %Y')}, {latest:%H:%M}</dd>" in page
+    # More recalls than the page lists: the heading still counts them all, and says only the latest are shown.
+    session = story["s3"]
+    RecallLog.objects.bulk_create(
+        RecallLog(
+            user_id=new.user_id, session=session, fact=new, tier="relevant", created_at=latest - timedelta(minutes=i)
+        )
+        for i in range(1, provenance.RECALLS_SHOWN + 1)
+    )
+    page = staff_client.get(reverse("console-fact", args=[new.id])).content.decode()
+    assert f"Injected into {provenance.RECALLS_SHOWN + 1} sessions" in page
+    assert f"Showing the latest {provenance.RECALLS_SHOWN}." in page
+
+
 def test_fact_page_says_when_source_turns_were_deleted_by_retention(staff_client, story):
     Turn.objects.filter(session=story["s1"], ordinal=3).delete()
     page = staff_client.get(reverse("console-fact", args=[story["old"].id])).content.decode()

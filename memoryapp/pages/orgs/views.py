@@ -73,7 +73,9 @@ class InviteForm(forms.Form):
 
 def _org(request, slug):
     """(org, membership) for a member of the org; 404 for everyone else, whether the org exists or not."""
-    membership = get_object_or_404(Membership.objects.select_related("org"), org__slug=slug, user=request.user)
+    membership = next((m for m in orgs.memberships_for(request) if m.org.slug == slug), None)
+    if membership is None:
+        raise Http404
     return membership.org, membership
 
 
@@ -168,7 +170,7 @@ def _done(request, url_name, org, notice, render_partial):
 @require_GET
 @login_required
 def org_list(request):
-    return render(request, "orgs/list.html", {"memberships": orgs.orgs_of(request.user)})
+    return render(request, "orgs/list.html", {"memberships": orgs.memberships_for(request)})
 
 
 # --- org memory ------------------------------------------------------------------------------
