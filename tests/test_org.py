@@ -3,7 +3,9 @@
 import re
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from memoryapp import extraction, orgs, recall, sessions, writing
 from memoryapp.models import (
@@ -587,9 +589,6 @@ def test_members_page_lists_members_only_and_remembered_persons_have_their_own_p
 
 
 def test_the_header_lists_a_persons_orgs_by_name_and_an_org_page_reads_them_once(make_user):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     zeta = Organization.objects.create(slug="zeta", name="Zeta Works")
     alpha = Organization.objects.create(slug="alpha", name="Alpha Labs")
     person = make_user("multi", zeta)

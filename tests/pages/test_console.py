@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from memoryapp import backends, clock, embeddings, extraction, poisoning, recall, sessions, writing
+from memoryapp import backends, clock, embeddings, extraction, poisoning, provenance, recall, sessions, writing
 from memoryapp.backends import anthropic as llm
 from memoryapp.models import (
     AgentSession,
@@ -17,6 +17,7 @@ from memoryapp.models import (
     ForgettingEntry,
     ForgettingRun,
     MemoryFact,
+    RecallLog,
     SupportAccess,
     Turn,
 )
@@ -237,9 +238,6 @@ def test_fact_page_shows_source_turns_run_chain_timeline_and_recalls(staff_clien
 
 
 def test_fact_page_says_when_it_was_last_recalled_and_counts_past_the_recalls_it_lists(staff_client, story):
-    from memoryapp import provenance
-    from memoryapp.models import RecallLog
-
     old, new = story["old"], story["new"]
     assert (
         "<dt>Last recalled</dt><dd>never</dd>"

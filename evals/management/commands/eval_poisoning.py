@@ -36,9 +36,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        attacks, benign = poisoning.corpus(options["split"], options["corpus"])
         if options["counts_only"] and options["show_misses"]:
             raise CommandError("--counts-only and --show-misses contradict each other")
+        attacks, benign = poisoning.corpus(options["split"], options["corpus"])
         if options["said_bars"]:
             try:
                 bars = [_bars(b) for b in options["said_bars"].split(",")]
