@@ -48,19 +48,15 @@ def is_admin(user, org):
     return Membership.objects.filter(user=user, org=org, role=Membership.Role.ADMIN).exists()
 
 
-def orgs_of(user):
-    """The memberships of a user, with their organisations, by name."""
-    return Membership.objects.filter(user=user).select_related("org").order_by("org__name")
-
-
 def memberships_for(request):
-    """The signed-in person's memberships with their organisations, read once per request.
+    """The signed-in person's memberships with their organisations, by name, read once per request.
 
     Why once: the header lists them on every page and an org page checks one of them; two reads cost a
     query each on every org page.
     """
     if not hasattr(request, "_memberships"):
-        request._memberships = list(orgs_of(request.user))
+        memberships = Membership.objects.filter(user=request.user).select_related("org").order_by("org__name")
+        request._memberships = list(memberships)
     return request._memberships
 
 
