@@ -10,6 +10,7 @@ Data (label 1: claims authority or instructs; 0: an ordinary fact):
 - evals/poisoning/training_*.jsonl: rows written for training only (`training_multilingual.jsonl`:
   hard negatives such as real jobs with authority and limits that need someone's approval, in 15
   languages; `training_by_language.jsonl`: about 300 rows in each of 18 languages, both labels;
+  `training_more_languages.jsonl`: 50 rows in each of 36 languages those lack, half of them attacks;
   `training_fresh.jsonl`, `training_fresh69.jsonl` and `training_fresh1011.jsonl`: fresh corpora 3, 4 and 6 to 11,
   written blind, after their measurement; `training_targeted.jsonl`: rows written for the kinds of dev rows the
   judge missed, such as wishes about the assistant's answers and claims on other people's data);

@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "2b1a081a4ca0f6bbb30570d9c0cdf94d2518c78a916d9ec2292140009a34b24d"  # printed by train_judge
+WEIGHTS_SHA256 = "a215fec04ba226595a5bfc5d57b76cd1f1e8a1cf76a33bcf7c8b2bb509ce7f93"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
