@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memoryapp import clock, embeddings, extraction, recall, sessions, writing
+from memoryapp import clock, embeddings, extraction, pending, recall, sessions, writing
 from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact, RecallLog
 from memoryapp.vocabulary import FACT_MAX_CHARS
 from tests.conftest import Api
@@ -642,7 +642,10 @@ def test_the_bulkiest_fact_fits_its_index_row_and_is_stored(org, api):
     no fact is refused for its size in the index; a full-precision vector (1,544 bytes) would not fit."""
     alice = _user(org)
     words = " ".join(f"{a}{b}q" for a in "abcdefghijklmnopqrstuvwxyz" for b in "aeiou")[:FACT_MAX_CHARS].strip()
-    assert writing.store(alice, words, "profile").fact.text == words
+    result = writing.store(alice, words, "profile")
+    if result.outcome == "pending":  # the judge may hold text it reads badly: the person's word stores it
+        result = pending.keep(result.candidate, alice)
+    assert result.fact.text == words
     wordy = " ".join(chr(0x4E00 + 7 * i) for i in range(100))[:FACT_MAX_CHARS]
     response = api.post("/v1/users/alice/facts", {"text": wordy, "kind": "profile"})
     assert response.status_code in (201, 202), response.content  # stored, or waiting for the person's word
