@@ -1,3 +1,5 @@
+import functools
+
 from memoryapp import orgs, people
 
 AREAS = (("/me/", "me"), ("/console/", "console"), ("/orgs/", "org"))
@@ -17,5 +19,6 @@ def navigation(request):
     return {
         "area": area,
         "signed_in_as": user.get_username(),
-        "nav_memberships": orgs.memberships_for(request),
+        # Read when the header renders (the template calls it), not for htmx partials that show none.
+        "nav_memberships": functools.partial(orgs.memberships_for, request),
     }
