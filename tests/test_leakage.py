@@ -53,6 +53,7 @@ ORG_A_SECRETS = [
 ORG_B_SECRETS = ["Betaorgtoken", "Orgbetazq", "Betakeyname", "carolzq", "Betainvitee"]
 RECALL_MESSAGE = "coffee roasts, mango tea, figs, pipelines, hosting, servers and deployment"
 
+CSRF_TOKEN = re.compile(r'(?<=csrfmiddlewaretoken" value=")\w+|(?<="X-CSRFToken": ")\w+')
 SKIP_PREFIXES = ("admin/", "api/")  # Django's own admin is staff-only; the agent API is swept through ninja
 SKIP_ON_OWN = re.compile(r"erase|delete|remove|leave|revoke|logout", re.IGNORECASE)  # destructive on one's own data
 
@@ -355,6 +356,8 @@ class Sweep:
         text += " " + response.headers.get("Location", "") + " " + response.headers.get("HX-Redirect", "")
         for value in sorted(sent, key=len, reverse=True):
             text = text.replace(value, "")  # an echo of the caller's own input is not a leak
+        # A page's CSRF tokens are 64 random letters and digits: one in CI once held "bobZQ" by chance.
+        text = CSRF_TOKEN.sub("", text)
         for secret in self.secrets:
             if secret.lower() in text.lower():
                 self.leaks.append(f"{self.actor}: {label} -> {response.status_code} contains {secret!r}")
