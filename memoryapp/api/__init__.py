@@ -36,6 +36,7 @@ memory). A route's description names its scope; a key without it gets 403 `forbi
 "field": null}}`; `field` names the offending input on 422 `invalid`. A 429 or 503 carries `Retry-After`.
 """
 
+
 class MemoryApi(NinjaAPI):
     """The agent API, its OpenAPI schema built once per path prefix."""
 
