@@ -234,3 +234,54 @@ def test_the_n_gram_models_share_is_chosen_on_dev():
     assert chosen["ngram_weight"] == 0.7  # at 0.6 a claim scores 0.46 and a fact 0.54
     result = judge_training.outcomes(part, "minilm", readable, refused, chosen)
     assert list(result) == ["pending"] * 10 + ["stored"] * 10
+
+
+def test_under_the_floor_the_second_mlp_scores_and_the_rest_is_chosen_as_before():
+    """Text MiniLM reads badly: its own MLP reads a claim backwards and the second (MiniLM joined to the
+    multilingual encoder) reads it right. Only the knobs under the floor are chosen again, and with them
+    the unreadable claims are held and the unreadable facts stored; readable text keeps its knobs."""
+    y = np.array([1] * 10 + [0] * 10 + [1] * 10 + [0] * 10)
+    readable = np.array([5.0] * 20 + [1.0] * 20)  # 20 readable rows, then 20 below the floor
+    part = {
+        "ngram": np.array([0.5] * 40),
+        "mlp.minilm": np.array([0.9] * 10 + [0.1] * 10 + [0.1] * 10 + [0.9] * 10),
+        "mlp2.minilm": np.array([0.9] * 10 + [0.1] * 10 + [0.9] * 10 + [0.1] * 10),
+    }
+    refused = np.zeros(40, dtype=bool)
+    first = judge_training.choose(
+        {k: v for k, v in part.items() if k != "mlp2.minilm"}, ("minilm",), readable, refused, y
+    )
+    chosen = judge_training.choose_unreadable(part, ("minilm",), readable, refused, y, first)
+    assert {k: chosen[k] for k in ("readable", "threshold", "ngram_weight")} == {
+        k: first[k] for k in ("readable", "threshold", "ngram_weight")
+    }
+    result = judge_training.outcomes(part, "minilm", readable, refused, chosen)
+    assert list(result) == (["pending"] * 10 + ["stored"] * 10) * 2
+
+
+def test_only_unreadable_text_is_read_by_the_multilingual_encoder(monkeypatch):
+    from memoryapp import embeddings
+
+    model = judge_model.model()
+    assert model.unreadable_layers is not None  # the shipped weights carry the second MLP
+    read = []
+    real = embeddings.multilingual_vector
+    monkeypatch.setattr(embeddings, "multilingual_vector", lambda text: read.append(text) or real(text))
+    vector = embeddings.minilm_vector("The user grows tea.")
+    folded = validation.fold("The user grows tea.")
+    model.probability(folded, vector, readable=True, text="The user grows tea.")
+    assert read == []
+    model.probability(folded, vector, readable=False, text="The user grows tea.")
+    assert read == ["The user grows tea."]
+
+
+def test_the_multilingual_encoder_refuses_files_that_do_not_match_their_pins(monkeypatch):
+    from memoryapp import embeddings
+
+    embeddings.multilingual.cache_clear()
+    monkeypatch.setitem(embeddings.MULTILINGUAL_FILES_SHA256, "sp.model", "0" * 64)
+    try:
+        with pytest.raises(embeddings.EmbeddingError, match="pinned sha256"):
+            embeddings.multilingual()
+    finally:
+        embeddings.multilingual.cache_clear()
