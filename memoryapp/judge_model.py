@@ -2,8 +2,7 @@
 an approval, or give an instruction?
 
 Two small models, averaged: a logistic regression over hashed word and character n-grams of the
-fact's checking form (`validation.fold`), and a one-hidden-layer MLP over the fact's MiniLM vector (for
-text MiniLM reads badly, a second MLP over that vector and the multilingual encoder's).
+fact's checking form (`validation.fold`), and a one-hidden-layer MLP over the fact's MiniLM vector.
 The MLP was trained on the vectors of both MiniLM models the app runs (unquantized and qint8, the
 default `EMBEDDING_BACKEND`), so it reads whichever the caller stored. Numpy only at run time.
 
@@ -22,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "85eb6f7b8f516ee09886db37fb7e3a266e7b4eb36c7914f759937960ca97cd8d"  # printed by train_judge
+WEIGHTS_SHA256 = "a215fec04ba226595a5bfc5d57b76cd1f1e8a1cf76a33bcf7c8b2bb509ce7f93"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"
@@ -79,24 +78,16 @@ class Model:
         self.unreadable_threshold = float(self.meta["unreadable_threshold"])  # the threshold below it
         self.ngram_weight = float(self.meta["ngram_weight"])  # the n-gram model's share of readable text's score
         self.unreadable_ngram_weight = float(self.meta["unreadable_ngram_weight"])
-        # The MLP for unreadable text, over [MiniLM ; the multilingual encoder] (absent from older files).
-        gated = [f"u{k}" for k in ("w1", "b1", "w2", "b2")]
-        self.unreadable_layers = [arrays[k].astype(np.float64) for k in gated] if gated[0] in arrays else None
 
-    def probability(self, folded, vector, readable=True, text=None):
+    def probability(self, folded, vector, readable=True):
         """The chance that a fact claims authority or instructs (0..1); `folded`: its checking form.
 
         A weighted average: the n-gram model's share was chosen on the dev split, one for readable text
-        and one for unreadable text. MiniLM reads the latter poorly (most of it is in languages MiniLM was
-        not trained on), so its vector model also reads the multilingual encoder's vector of `text`.
+        and one for unreadable text (MiniLM reads it poorly, so its vector says little).
         """
         index, values = features(folded)
         ngram = sigmoid(float(values @ self.weights[index]) + self.bias)
-        vector = np.asarray(vector, dtype=np.float64)
-        layers = self.layers
-        if not readable and self.unreadable_layers is not None:
-            vector, layers = np.concatenate([vector, embeddings.multilingual_vector(text)]), self.unreadable_layers
-        mlp = sigmoid(float(mlp_logits(layers, vector[None, :])[0]))
+        mlp = sigmoid(float(mlp_logits(self.layers, np.asarray(vector, dtype=np.float64)[None, :])[0]))
         return blend(ngram, mlp, self.ngram_weight if readable else self.unreadable_ngram_weight)
 
 
@@ -108,4 +99,4 @@ def model():
 
 def probability(text, folded, vector=None, readable=True):
     """The shipped model's probability for a fact; `vector` (either MiniLM's) is computed when not given."""
-    return model().probability(folded, embeddings.minilm_vector(text) if vector is None else vector, readable, text)
+    return model().probability(folded, embeddings.minilm_vector(text) if vector is None else vector, readable)
