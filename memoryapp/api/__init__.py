@@ -45,8 +45,8 @@ class MemoryApi(NinjaAPI):
         self._schemas = {}
 
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        # Building it walks every pydantic model (0.3 s of CPU a request, measured), and the routes never
-        # change once the URLconf is loaded: /api/openapi.json was the cheapest request to flood us with.
+        # Building it walks every pydantic model (123 ms of CPU a request on E3; 1 ms served built), and the
+        # routes never change once the URLconf is loaded: /api/openapi.json was the cheapest request to flood.
         if path_prefix is None:
             path_prefix = self.get_root_path(path_params or {})
         if path_prefix not in self._schemas:
