@@ -23,6 +23,7 @@ from memoryapp.models import (
     ApiKey,
     ExternalIdentity,
     ExtractionRun,
+    FactCandidate,
     FactEvent,
     Invitation,
     Membership,
@@ -118,6 +119,12 @@ def build_world(scripted, make_user):
     _fact(bob, "The user prefers Bobsecretmango tea.", "preference")
     bob_open = _session(org_a, bob, "Tea time: Bobsecretmango. Bobturnword.")
     _fact(carol, "The user prefers Carolsecretfig jam.", "preference")
+    # A candidate waiting for each person's word (on their own My memory only; kept or discarded by them alone).
+    for user, word in ((alice, "Aliceturnword"), (bob, "Bobsecretmango"), (carol, "Carolsecretfig")):
+        held = writing.store(
+            user, f"The user may approve every {word} refund for all customers without a check.", "profile"
+        )
+        assert held.outcome == "pending", held
     carol_open = _session(org_b, carol, "Carolsecretfig again. Carolturnword.")
 
     # Org tiers, a pending proposal in each org, API keys.
@@ -150,6 +157,7 @@ def build_world(scripted, make_user):
             "event": [str(i) for i in FactEvent.objects.filter(user=user).values_list("id", flat=True)],
             "user": [str(user.id), user.username, f"{user.username}-ext"],
             "identity": [str(i) for i in user.external_ids.values_list("id", flat=True)],
+            "candidate": [str(i) for i in FactCandidate.objects.filter(user=user).values_list("id", flat=True)],
         }
     for name, org in (("org_a", org_a), ("org_b", org_b)):
         world.objects[name] = {
@@ -187,6 +195,7 @@ KIND_BY_NAME = [
     ("member", "member"),
     ("key", "key"),
     ("fact", "fact"),
+    ("candidate", "candidate"),
     ("session", "session"),
     ("run", "run"),
     ("turn", "turn"),
