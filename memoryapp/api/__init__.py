@@ -38,7 +38,7 @@ memory). A route's description names its scope; a key without it gets 403 `forbi
 
 
 class MemoryApi(NinjaAPI):
-    """The agent API, its OpenAPI schema built once per path prefix."""
+    """The agent API, its OpenAPI schema built once per set of arguments (one, for /api/openapi.json)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -47,11 +47,10 @@ class MemoryApi(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
         # Building it walks every pydantic model (123 ms of CPU a request on E3; 1 ms served built), and the
         # routes never change once the URLconf is loaded: /api/openapi.json was the cheapest request to flood.
-        if path_prefix is None:
-            path_prefix = self.get_root_path(path_params or {})
-        if path_prefix not in self._schemas:
-            self._schemas[path_prefix] = super().get_openapi_schema(path_prefix=path_prefix)
-        return self._schemas[path_prefix]
+        key = (path_prefix, tuple(sorted((path_params or {}).items())))
+        if key not in self._schemas:
+            self._schemas[key] = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return self._schemas[key]
 
 
 api = MemoryApi(
