@@ -22,20 +22,41 @@ class NotAllowed(ValueError):
     """This person gets no reset link; the message says why."""
 
 
-def may_issue(issuer, person):
-    """True when `issuer` is staff, or an admin of an organisation `person` is a member of."""
-    if issuer.is_staff or issuer.is_superuser:
-        return True
+def refusal(issuer, person):
+    """Why `issuer` may not reset `person`'s password, or None when they may.
+
+    A reset link hands over the account, so the issuer must already hold everything it opens: only a
+    superuser resets a superuser, only staff reset staff, and an org admin resets only people whose
+    every membership is in an org they administer (one org's admin taking over an account that is
+    staff, or a member elsewhere, would gain what that org never gave them). `issuer` None is the
+    operator's own command on the server.
+    """
+    if issuer is None or issuer.is_superuser:
+        return None
+    if person.is_superuser:
+        return "Only a superuser can reset a superuser's password."
+    if issuer.is_staff:
+        return None
+    if person.is_staff:
+        return "Support staff's passwords are reset by other staff, not by an organisation's admin."
     admin_orgs = Membership.objects.filter(user=issuer, role=Membership.Role.ADMIN).values("org_id")
-    return Membership.objects.filter(user=person, org_id__in=admin_orgs).exists()
+    theirs = Membership.objects.filter(user=person)
+    if not theirs.filter(org_id__in=admin_orgs).exists():
+        return "You are not an admin of an organisation this person belongs to."
+    if theirs.exclude(org_id__in=admin_orgs).exists():
+        return "This person also belongs to another organisation: support staff can reset their password."
+    return None
 
 
 def issue_link(issuer, person, base_url=""):
     """A new one-time link for `person` to set a password: returns (url, expires_at).
 
     Only for active accounts of people who sign in (members, staff, accounts with a password); a remembered
-    person has no password to reset. The caller checks may_issue.
+    person has no password to reset; and only for someone the issuer may reset (`refusal`).
     """
+    reason = refusal(issuer, person)
+    if reason:
+        raise NotAllowed(reason)
     if not person.is_active or not people.operates(person):
         raise NotAllowed("This person does not sign in: the memory an agent keeps about them opens by a portal link.")
     token, digest = onetime.new_token()

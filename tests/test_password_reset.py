@@ -100,10 +100,30 @@ def test_only_an_admin_of_the_persons_own_org_gets_a_link(org, people):
     assert client_for(people["sam"]).post(url).status_code == 404
     assert not PasswordResetLink.objects.exists()
 
-    assert password_reset.may_issue(people["olga"], people["alice"])
-    assert password_reset.may_issue(people["sam"], people["alice"])
-    assert not password_reset.may_issue(people["gina"], people["alice"])
-    assert not password_reset.may_issue(people["bob"], people["alice"])
+    assert password_reset.refusal(people["olga"], people["alice"]) is None
+    assert password_reset.refusal(people["sam"], people["alice"]) is None
+    for outsider in ("gina", "bob"):
+        with pytest.raises(password_reset.NotAllowed, match="not an admin"):
+            password_reset.issue_link(people[outsider], people["alice"])
+
+
+@pytest.mark.parametrize("who", ["staff", "superuser", "member elsewhere", "admin elsewhere"])
+def test_an_org_admin_cannot_take_over_an_account_that_holds_more_than_their_org(org, people, make_user, who):
+    """An account that joined the admin's org but is staff, or belongs to another org too, is not theirs to
+    reset: the link would hand the admin the console, or the other org."""
+    target = make_user("target", org, is_staff=who == "staff", is_superuser=who == "superuser")
+    if who.endswith("elsewhere"):
+        Membership.objects.create(user=target, org=people["globex"], role=who.split()[0])
+    response = client_for(people["olga"]).post(_reset_url(org, target))
+    assert response.status_code == 400
+    assert "/reset/" not in response.content.decode()
+    assert not PasswordResetLink.objects.exists()
+    # Staff reset staff and members of several orgs; only a superuser resets a superuser.
+    if who == "superuser":
+        with pytest.raises(password_reset.NotAllowed, match="superuser"):
+            password_reset.issue_link(people["sam"], target)
+    else:
+        assert password_reset.issue_link(people["sam"], target)[0].count("/reset/") == 1
 
 
 def test_a_remembered_person_gets_no_link(org, people):
