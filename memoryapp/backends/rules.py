@@ -531,7 +531,7 @@ TABLE = {
         Rule("common_ground", "a CONTRADICTS without a shared word or one-value relation is INDEPENDENT"),
         Rule("relation_support", "a CONTRADICTS needs the relation head's support"),
         Rule("duplicate_similarity", "a DUPLICATE needs a close rewording"),
-        Rule("duplicate_leaning", "a liking and a dislike are no DUPLICATE"),
+        Rule("duplicate_leaning", "facts that lean differently (a liking, a dislike, neither) are no DUPLICATE"),
         Rule("names_differ", "facts naming different things are no DUPLICATE (one value: CONTRADICTS)"),
         Rule("same_text", "the same text is a DUPLICATE"),
         Rule(

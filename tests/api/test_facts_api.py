@@ -146,6 +146,24 @@ def test_remember_creates_a_fact_labelled_with_the_agent_and_key(api, org, scrip
     assert event.action == "created" and event.actor == "agent" and "'test'" in event.reason
 
 
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("The user prefers tea.", "The user hates tea."),
+        ("The user has a cat named Tom.", "The user is allergic to cats."),
+        ("The user is vegetarian.", "The user eats meat every day."),
+    ],
+)
+def test_without_a_model_a_new_fact_on_the_same_topic_is_kept_not_counted_as_a_repeat(api, alice, old, new):
+    """The keyless judge once answered `confirmed` to each of these: the allergy, the dislike, the change of
+    diet were dropped and the old fact gained a confirmation. Whatever it decides now, the new fact is kept."""
+    first = api.post("/v1/users/alice/facts", {"text": old, "kind": "profile"}).json()["fact"]
+    again = api.post("/v1/users/alice/facts", {"text": new, "kind": "profile"})
+    assert again.status_code in (200, 201) and again.json()["outcome"] in ("created", "superseded")
+    assert MemoryFact.objects.live().filter(text=new).exists()
+    assert MemoryFact.objects.get(id=first["id"]).confirmation_count == 1
+
+
 def test_remember_twice_confirms_and_a_contradiction_supersedes(api, alice, scripted):
     first = api.post("/v1/users/alice/facts", {"text": TEA, "kind": "preference"}).json()["fact"]
     scripted.verdict_map = {"green tea": "DUPLICATE"}
