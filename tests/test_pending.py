@@ -212,6 +212,11 @@ def test_an_org_admins_held_fact_goes_to_the_proposals_queue_and_approval_stores
     assert result.outcome == "pending" and result.proposal.held_reason == REASON
     assert not MemoryFact.objects.for_org(org).exists()
     proposal = OrgFactProposal.objects.get(status="pending")
+    # The queue says why it waits, beside the fact, before anyone approves it.
+    browser = Client()
+    browser.force_login(admin)
+    page = browser.get(f"/orgs/{org.slug}/proposals/").content.decode()
+    assert f'id="held_p{proposal.id}"' in page and REASON in page
     approved = orgs.approve_proposal(proposal, admin)
     assert approved.fact.text == CLAIM and MemoryFact.objects.for_org(org).live().count() == 1
 
