@@ -60,7 +60,7 @@ class PortalSessionMiddleware:
 API_ERRORS = {
     400: ("bad_request", "The request was refused before it reached the API (for example, an unknown Host header)."),
     403: ("forbidden", "This request is not allowed."),
-    404: ("not_found", "No such API route. A user id cannot contain '/' (sent as %2F or not)."),
+    404: ("not_found", "No such API route: the routes are listed at /api/docs."),
     405: ("method_not_allowed", "This route does not accept that HTTP method."),
     413: ("too_large", "The request body is too large."),
     500: ("internal_error", "Something went wrong on our side; nothing was stored."),

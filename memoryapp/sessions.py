@@ -14,7 +14,9 @@ from memoryapp import clock, extraction, writing
 from memoryapp.celery import app as celery_app
 from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, MemorySettings, Turn, default_scopes
 
-EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+# No control characters (PostgreSQL refuses NUL) and no "/": the id sits in the API's paths, and Django
+# decodes %2F before routing, so a person with a slash in their id could never be exported or erased.
+EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f/]{1,128}$")
 QUEUE_LEASE = timedelta(minutes=2)
 
 
