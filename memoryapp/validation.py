@@ -339,4 +339,6 @@ def shape_problem(text, kind):
         return f"the text is longer than {FACT_MAX_CHARS} characters"
     if _SENTENCE_BREAK.search(text):
         return "the text is more than one sentence"
+    if sum(ch.isalpha() for ch in text) < 2:  # "b", ".", "1234", an emoji: nothing a person could read back
+        return "the text says nothing: a fact is a sentence in words"
     return None

@@ -201,6 +201,9 @@ def test_a_persons_own_correction_holds_against_an_agent(api, alice, scripted):
         ("x" * 201, "longer than 200"),
         ("The user likes tea. The user likes cake.", "more than one sentence"),
         ("   ", "empty"),
+        ("b", "says nothing"),
+        ("1234", "says nothing"),
+        ("\U0001f389", "says nothing"),
     ],
 )
 def test_a_text_that_is_not_a_fact_is_422_fact_rejected_and_nothing_is_stored(api, alice, scripted, text, why):
