@@ -187,7 +187,7 @@ def _refuse_last_admin(user_id):
 
 OPERATOR_REFUSAL = (
     "This person operates an organisation (a member, an admin, staff, or an account with a password), "
-    "so only they can erase their memory, by signing in; an API key cannot erase them."
+    "so only they can erase their memory, by signing in: neither an API key nor an organisation's admin can."
 )
 
 

@@ -288,6 +288,11 @@ def portal_link_for(identity, base_url):
         raise OrgError(str(exc)) from None
 
 
+def erase_refusal(identity):
+    """Why this org cannot erase the remembered person at all (they sign in and manage it themselves), or None."""
+    return erasure.OPERATOR_REFUSAL if people.operates(identity.user) else None
+
+
 def erase_remembered(identity):
     """Erase a remembered person and everything held about them, for their org (through the one erasure path)."""
     try:

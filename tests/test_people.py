@@ -155,6 +155,21 @@ def _agent_knows_alice(org, api):
     return sessions.find_user(org, "alice"), session
 
 
+def test_the_org_erase_page_of_a_person_with_their_own_account_says_why_it_cannot_and_offers_no_form(
+    org, admin, api, alice
+):
+    remembered, _ = _agent_knows_alice(org, api)
+    linking.link(alice, remembered)
+    ident = ExternalIdentity.objects.get(org=org, external_id="alice")
+    browser = client_for(admin)
+    page = browser.get(f"/orgs/{org.slug}/people/{ident.id}/erase/")
+    assert page.status_code == 200
+    assert "only they can erase" in page.content.decode() and 'name="confirm"' not in page.content.decode()
+    refused = browser.post(f"/orgs/{org.slug}/people/{ident.id}/erase/", {"confirm": "alice"})
+    assert refused.status_code == 409 and "nor an organisation" in refused.content.decode()
+    assert MemoryFact.objects.for_user(alice).filter(text="The user keeps bees on the roof.").exists()
+
+
 def _link_in_browser(browser, org, remembered):
     url, _ = portal.issue_link(remembered, org=org)
     offer = browser.get(f"/me/portal/{token_of(url)}/").content.decode()

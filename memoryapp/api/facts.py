@@ -194,7 +194,9 @@ def remember(request: HttpRequest, user: str, payload: RememberIn):
     """
     if not sessions.EXTERNAL_ID.match(user):
         # As on every other user route: no one can have this id (1-128 characters, no control characters, no "/").
-        raise ApiError(404, "not_found", "No such user: an id is 1 to 128 characters without control characters or '/'.")
+        raise ApiError(
+            404, "not_found", "No such user: an id is 1 to 128 characters without control characters or '/'."
+        )
     try:
         result = facts.remember(
             request.org, user, payload.text, payload.kind, api_key=request.api_key, session_id=payload.session

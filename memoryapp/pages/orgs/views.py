@@ -561,7 +561,8 @@ def remembered_erase(request, org, membership, identity_id):
     """A confirmation page (GET), then the erasure (POST with the typed id): works without JavaScript."""
     identity = _remembered(org, identity_id)
     error = None
-    if request.method == "POST":
+    refused = orgs.erase_refusal(identity)  # shown instead of a form that could only fail
+    if request.method == "POST" and not refused:
         if request.POST.get("confirm", "").strip() == identity.external_id:
             try:
                 receipt = orgs.erase_remembered(identity)
@@ -575,7 +576,10 @@ def remembered_erase(request, org, membership, identity_id):
         else:
             error = f"Type {identity.external_id} exactly to confirm."
     context = {"org": org, "membership": membership, "tab": "people", "identity": identity, "error": error}
-    return render(request, "orgs/people_erase.html", {**context, **_nav(org, membership)}, status=400 if error else 200)
+    status = 409 if refused and request.method == "POST" else 400 if error else 200
+    return render(
+        request, "orgs/people_erase.html", {**context, "refused": refused, **_nav(org, membership)}, status=status
+    )
 
 
 # --- API keys --------------------------------------------------------------------------------
