@@ -66,7 +66,9 @@ class Caller:
     def user(self, user):
         """The person's id the call is about: the given one, or the server's own person."""
         if self.fixed_user and user not in (None, "", self.fixed_user):
-            raise Refused("not_found", "No such user for this API key.")
+            raise Refused(
+                "forbidden", "This server was started for one person (mcp_stdio --user) and reaches only them."
+            )
         user = user or self.fixed_user
         if not user:
             raise Refused("invalid", "user: say which person (your agent's id for them).")

@@ -247,7 +247,7 @@ def test_stdio_server_for_one_person_with_its_rate_limit(world):
     assert "timezone is CET" in block
     assert made["outcome"] == "created" and MemoryFact.objects.get(id=made["fact"]["id"]).origin == "mcp"
     assert MemoryFact.objects.get(id=made["fact"]["id"]).user == world["alice"]
-    assert other.startswith("not_found")
+    assert other.startswith("forbidden") and "started for one person" in other
     # 3 calls a minute: recall, remember and the refused one use them up; the lists then hit the limit
     # (9 calls in a second or two: even if a minute boundary falls between them, one window overflows).
     refusals = [r for r in limited if r]
