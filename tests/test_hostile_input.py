@@ -212,6 +212,12 @@ def test_control_characters_or_a_slash_in_the_user_id_are_a_422(api, user):
     assert response.status_code == 422 and response.json()["error"]["field"] == "user"
 
 
+def test_nul_in_the_fact_search_is_a_422_not_the_whole_list(api):
+    api.post("/v1/users/nul-search/facts", {"text": "The user keeps bees.", "kind": "profile"})
+    response = api.get("/v1/users/nul-search/facts?q=%00")
+    assert response.status_code == 422 and response.json()["error"]["field"] == "q"
+
+
 @pytest.mark.parametrize("path", ["/v1/users/a%00b/export", "/v1/users/a%00b/portal", "/v1/users/a%00b"])
 def test_nul_in_a_path_is_a_4xx_not_a_500(api, path):
     method = api.get if path.endswith("export") else api.post if path.endswith("portal") else api.delete

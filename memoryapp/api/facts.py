@@ -159,7 +159,10 @@ MEMORY_OFF = "Memory is switched off for this person or this session, so nothing
 class ListQuery(Schema):
     state: State = Field("live", description="live (default), superseded, expired or all")
     kind: KindName | None = None
-    q: str | None = Field(None, max_length=200, description="Words or a phrase in the fact's text")
+    # No NUL: it would be dropped before searching, and the empty search then listed everything.
+    q: str | None = Field(
+        None, max_length=200, pattern=r"^[^\x00]*$", description="Words or a phrase in the fact's text"
+    )
     cursor: str | None = Field(None, max_length=200, description="`next_cursor` of the previous page")
     limit: int = Field(facts.PAGE_SIZE, ge=1, le=100)
 

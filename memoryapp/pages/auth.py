@@ -14,6 +14,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
+from django.views.defaults import permission_denied
 
 from memoryapp import password_reset as password_reset_links
 from memoryapp import ratelimit
@@ -57,7 +58,8 @@ def admin_login(request):
     if request.user.is_authenticated:
         if request.user.is_active and request.user.is_staff:
             return redirect(next_url)
-        raise PermissionDenied("The admin site is for staff only.")
+        # Answered, not raised: a refusal the view expects logs no traceback.
+        return permission_denied(request, PermissionDenied("The admin site is for staff only."))
     return redirect(f"{reverse('login')}?{urlencode({'next': next_url})}")
 
 

@@ -130,12 +130,14 @@ def test_a_password_sign_in_is_not_confined(make_user, org):
 # --- /console/ and the admin --------------------------------------------------------------------
 
 
-def test_console_for_a_signed_in_non_staff_person_is_403_not_a_login_loop(make_user):
+def test_console_for_a_signed_in_non_staff_person_is_403_not_a_login_loop(make_user, caplog):
     make_user("nina")
     browser = Client()
     browser.login(username="nina", password="correct horse battery")
     response = browser.get("/console/")
     assert response.status_code == 403 and "support staff" in response.content.decode()
+    # An expected refusal: the server's log gets no traceback for it.
+    assert not [r for r in caplog.records if r.exc_info]
     assert Client().get("/console/").status_code == 302  # signed out: sent to sign in
 
 

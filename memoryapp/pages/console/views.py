@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, prefetch_related_objects
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
+from django.views.defaults import permission_denied
 
 from memoryapp import (
     charts,
@@ -46,7 +47,8 @@ def staff_only(view):
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
         if request.user.is_authenticated and not (request.user.is_active and request.user.is_staff):
-            raise PermissionDenied("The support console is for support staff only.")
+            # Answered, not raised: a refusal the view expects logs no traceback.
+            return permission_denied(request, PermissionDenied("The support console is for support staff only."))
         return guarded(request, *args, **kwargs)
 
     return wrapped
