@@ -16,7 +16,11 @@ from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, MemorySetti
 
 # No control characters (PostgreSQL refuses NUL) and no "/": the id sits in the API's paths, and Django
 # decodes %2F before routing, so a person with a slash in their id could never be exported or erased.
-EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f/]{1,128}$")
+# No space at either end: "alice " would be a second person beside "alice". The spaces are spelt out so
+# Python, pydantic's Rust engine and the OpenAPI schema's ECMAScript read one pattern alike.
+_NOT_AT_THE_ENDS = r"\x00-\x20\x7f/\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+EXTERNAL_ID_PATTERN = rf"^[^{_NOT_AT_THE_ENDS}](?:[^\x00-\x1f\x7f/]{{0,126}}[^{_NOT_AT_THE_ENDS}])?$"
+EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
 QUEUE_LEASE = timedelta(minutes=2)
 
 

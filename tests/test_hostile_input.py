@@ -205,9 +205,10 @@ def test_nul_in_a_turn_is_a_clear_422_and_nothing_is_stored(api, turn):
     assert not Turn.objects.filter(session_id=sid).exists()
 
 
-@pytest.mark.parametrize("user", ["bad\x00id", "tab\there", "new\nline", "", "a/b"])
-def test_control_characters_or_a_slash_in_the_user_id_are_a_422(api, user):
-    # A slash too: the id sits in the API's paths, where no route could export or erase that person.
+@pytest.mark.parametrize("user", ["bad\x00id", "tab\there", "new\nline", "", "a/b", "alice ", " alice", "\u00a0alice"])
+def test_a_user_id_with_control_characters_a_slash_or_spaces_at_its_ends_is_a_422(api, user):
+    # A slash: the id sits in the API's paths, where no route could export or erase that person.
+    # Spaces at the ends: "alice " would be a second person beside "alice".
     response = api.post("/v1/sessions", {"user": user})
     assert response.status_code == 422 and response.json()["error"]["field"] == "user"
 
