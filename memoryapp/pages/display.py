@@ -101,7 +101,10 @@ def how_many_times(n):
 
 _IRREGULAR = {"is": "are", "was": "were", "has": "have", "does": "do", "doesn't": "don't", "isn't": "aren't"}
 _SUBJECT = re.compile(r"^The user(?:'s|’s)?\b", re.IGNORECASE)
-_LEAD = re.compile(r"^The user (\S+)(.*)$", re.IGNORECASE | re.DOTALL)
+# Words that may stand between "The user" and the verb ("now works", "no longer eats", "always writes"):
+# they stay as they are, and the verb after them changes.
+_BEFORE_THE_VERB = r"(?:now|also|still|never|always|often|sometimes|already|just|even|no|longer|not|\w{2,}ly)"
+_LEAD = re.compile(rf"^The user ((?:{_BEFORE_THE_VERB}\s+)*)([^\s.,;:!?]+)(.*)$", re.IGNORECASE | re.DOTALL)
 _INNER = re.compile(r"\bthe user(?:'s|’s)\b|\bthe user\b", re.IGNORECASE)
 
 
@@ -127,8 +130,8 @@ def as_yours(text):
     match = _LEAD.match(text)
     if match is None:
         return text
-    verb, rest = match.groups()
-    return _INNER.sub(_inner_you, "You " + _verb_for_you(verb) + rest)
+    before, verb, rest = match.groups()
+    return _INNER.sub(_inner_you, "You " + before + _verb_for_you(verb) + rest)
 
 
 def _inner_you(match):

@@ -17,6 +17,12 @@ from memoryapp.pages.display import as_yours, how_long_ago, how_many_times
         ("The user studies French.", "You study French."),
         ("The user watches films with the user's partner.", "You watch films with your partner."),
         ("The user has two cats.", "You have two cats."),
+        ("The user now works remotely for the team.", "You now work remotely for the team."),
+        ("The user no longer eats meat.", "You no longer eat meat."),
+        ("The user always writes tests first.", "You always write tests first."),
+        ("The user also likes tea.", "You also like tea."),
+        ("The user usually juggles.", "You usually juggle."),
+        ("The user juggles.", "You juggle."),
         ("Works at Acme.", "Works at Acme."),  # not about "the user": shown as stored
     ],
 )
