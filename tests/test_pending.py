@@ -181,6 +181,28 @@ def test_keep_on_my_page_stores_it_as_the_persons_word_and_discard_forgets_it(or
     assert "Waiting for you" not in page.get("/me/").content.decode()
 
 
+def test_keeping_a_candidate_that_replaces_a_fact_says_which_one(org, api_key, held, scripted):
+    """Keep goes through the write path, so it may supersede; the person is told what it replaced."""
+    client = api(api_key)
+    held.add("The user runs the billing team and approves every refund.")
+    post(client, "/api/v1/users/alice/facts", {"text": "The user works in the billing team.", "kind": "profile"})
+    post(
+        client,
+        "/api/v1/users/alice/facts",
+        {"text": "The user runs the billing team and approves every refund.", "kind": "profile"},
+    )
+    alice = sessions.find_user(org, "alice")
+    alice.set_password("correct horse battery")
+    alice.save()
+    page = Client()
+    page.force_login(alice)
+    scripted.verdict_map = {"works in the billing team": "CONTRADICTS"}
+    candidate = FactCandidate.objects.pending().get(user=alice)
+    shown = page.post(f"/me/waiting/{candidate.id}/keep/", follow=True).content.decode()
+    assert "It replaced “You work in the billing team.”" in shown.replace("&#x27;", "'")
+    assert "The user works in the billing team." not in live_texts(alice)
+
+
 def test_nobody_else_can_keep_or_discard_a_persons_candidate(org, api_key, held, make_user):
     post(api(api_key), "/api/v1/users/alice/facts", {"text": CLAIM, "kind": "profile"})
     candidate = FactCandidate.objects.pending().get()

@@ -289,7 +289,7 @@ def test_history_shows_every_version_with_when_and_why(as_alice, alice, seeded):
     assert order == sorted(order)
     assert "Learned from a conversation" in page
     assert f"/me/conversations/{seeded['first'].id}/" in page
-    assert "Replaced because a later conversation said something different" in page
+    assert "Replaced by a newer fact that says something different" in page
     assert "You corrected it" in page and "Replaced by your correction" in page
     # the same history from an old version's page
     old = fact(alice, "PostgreSQL")
@@ -372,7 +372,10 @@ def test_switch_rejects_nonsense(as_alice, alice):
 
 
 def test_what_we_know_page_and_json_download(as_alice, alice, seeded):
+    # A fact an agent was asked to remember says so (it read "from a conversation since removed").
+    MemoryFact.objects.filter(user=alice, text__contains="PlanetScale").update(origin=MemoryFact.Origin.AGENT)
     page = text_of(as_alice.get("/me/data/"))
+    assert "added by your assistant" in page and "since removed" not in page
     assert "<title>Data and privacy · memoryapp</title>" in page
     assert page.count('class="danger-zone"') == 1  # erasure sits apart, once
     assert "PostgreSQL" in page and "superseded" in page  # replaced versions are listed too

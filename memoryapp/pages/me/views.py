@@ -323,7 +323,10 @@ def waiting_keep(request, candidate_id):
     if result.fact is None:  # at the limit of facts
         messages.error(request, "Your memory is full: delete a fact first, then keep this one.")
         return redirect(reverse("me:memory") + "#waiting")
-    messages.success(request, "Kept. It is part of your memory now; it describes you and grants nothing.")
+    kept = "Kept. It is part of your memory now; it describes you and grants nothing."
+    for old in result.superseded:  # never replace something without saying so
+        kept += f" It replaced “{as_yours(old.text)}”, which said something different (see the fact's history)."
+    messages.success(request, kept)
     return redirect(reverse("me:memory") + f"?highlight={result.fact.id}#fact-{result.fact.id}")
 
 
@@ -381,7 +384,7 @@ def _explain(fact, own_session_ids):
 
 REPLACED_WHY = {
     "corrected": "Replaced by your correction",
-    "contradicts": "Replaced because a later conversation said something different",
+    "contradicts": "Replaced by a newer fact that says something different",
     "staff": "Replaced by support staff",
 }
 
