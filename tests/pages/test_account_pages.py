@@ -324,6 +324,11 @@ def test_conversation_detail_says_what_it_taught_and_was_given(as_alice, seeded)
     assert "always included" in given
     private = text_of(as_alice.get(f"/me/conversations/{seeded['private'].id}/"))
     assert "memory-off conversation" in private
+    # Switched off after memory was given: the page says so rather than "none was given" above the list.
+    AgentSession.objects.filter(id=seeded["third"].id).update(memory=AgentSession.Memory.OFF)
+    switched = text_of(as_alice.get(f"/me/conversations/{seeded['third'].id}/"))
+    assert "Memory was switched off during this conversation" in switched
+    assert "This was a memory-off conversation" not in switched
 
 
 def test_conversation_highlights_exactly_the_messages_facts_were_learned_from(as_alice, seeded):
