@@ -76,6 +76,27 @@
     cancel.click();
   });
 
+  // An action on something another tab or window already changed (404 gone, 409 decided, 410 used):
+  // htmx swaps nothing for an error, so the page would just sit there. Reload it as it is now, with a note.
+  var STALE = "memoryapp-stale";
+  document.addEventListener("htmx:responseError", function (event) {
+    var status = event.detail.xhr && event.detail.xhr.status;
+    if (status !== 404 && status !== 409 && status !== 410) return;
+    try { sessionStorage.setItem(STALE, "1"); } catch (e) { /* private mode: reload without the note */ }
+    window.location.reload();
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var stale = false;
+    try { stale = sessionStorage.getItem(STALE) === "1"; sessionStorage.removeItem(STALE); } catch (e) { return; }
+    var main = document.getElementById("main");
+    if (!stale || !main) return;
+    var list = document.createElement("ul");
+    list.className = "messages";
+    list.setAttribute("role", "status");
+    list.innerHTML = '<li class="msg info">That had already changed in another tab or window. This is the page as it is now.</li>';
+    main.insertBefore(list, main.firstChild);
+  });
+
   // Per-row menus: opening one closes the others; a click outside closes them all.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.row-menu[open], details.menu[open]").forEach(function (menu) {

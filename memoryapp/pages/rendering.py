@@ -1,8 +1,9 @@
 """One way to answer a page request: the whole page, or only a named partial for htmx."""
 
 from django.core.exceptions import BadRequest
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
+from django_htmx.http import HttpResponseClientRedirect
 
 from memoryapp import paging
 
@@ -14,6 +15,13 @@ def page_or_partial(request, template, partial=None, context=None, status=200):
     # One URL, two answers (page or partial): a cache must key on the header that chooses between them.
     patch_vary_headers(response, ["HX-Request"])
     return response
+
+
+def hx_redirect(request, url):
+    """A redirect that also works for htmx (which would otherwise follow it and swap the whole page into a partial)."""
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return redirect(url)
 
 
 def keyset(request, rows, order, limit):

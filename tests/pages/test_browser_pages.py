@@ -149,6 +149,28 @@ def test_the_proposals_badge_follows_an_approval(page, org, make_user, pat):
     expect(badge).to_have_text(re.compile(r"\s*1\s*"))  # swapped out of band, without a reload
 
 
+def test_with_javascript_an_action_on_what_another_tab_changed_lands_on_the_page_as_it_is(page, org, make_user, pat):
+    """A stranger's report: Correct on a fact deleted in another tab swapped the whole list into the row,
+    and Approve on a withdrawn proposal did nothing at all."""
+    login(page, "pat")
+    item = page.locator("li.fact", has_text=as_yours(FACT))
+    writing.delete_fact(MemoryFact.objects.get(text=FACT), actor="user", actor_user=pat)  # the other tab
+    item.locator("summary").click()
+    item.get_by_role("link", name="Correct").click()
+    expect(page.get_by_role("status")).to_contain_text("has been deleted")
+    expect(page.locator("#results")).to_have_count(1)
+
+    make_user("ada", org, role="admin")
+    proposal = propose(org, pat, "The team deploys on Fridays.")
+    page.context.clear_cookies()
+    login(page, "ada")
+    page.goto(f"/orgs/{org.slug}/proposals/")
+    OrgFactProposal.objects.filter(id=proposal.id).delete()  # withdrawn meanwhile
+    page.locator(f"#proposal-{proposal.id}").get_by_role("button", name=re.compile("^Approve")).click()
+    expect(page.get_by_role("status")).to_contain_text("already changed in another tab")
+    expect(page.locator(f"#proposal-{proposal.id}")).to_have_count(0)
+
+
 def test_the_phone_menu_works_without_javascript(browser, live_server, org, pat):
     context = browser.new_context(
         base_url=live_server.url, viewport={"width": 375, "height": 812}, java_script_enabled=False

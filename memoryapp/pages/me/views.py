@@ -48,7 +48,7 @@ from memoryapp.models import (
 )
 from memoryapp.pages.display import EMPTY_KIND, FORGET_REASONS, KIND_NAMES, LATELY_DAYS, access_words, as_yours
 from memoryapp.pages.forms import FactForm
-from memoryapp.pages.rendering import form_status, keyset, page_or_partial
+from memoryapp.pages.rendering import form_status, hx_redirect, keyset, page_or_partial
 from memoryapp.vocabulary import KIND_ORDER
 
 FACTS_PER_PAGE = 50
@@ -140,11 +140,11 @@ def _gone(request, fact_id):
         messages.info(
             request, "That fact had already been replaced, perhaps in another tab. Here is the current version."
         )
-        return redirect(reverse("me:memory") + f"?highlight={current.id}#fact-{current.id}")
+        return hx_redirect(request, reverse("me:memory") + f"?highlight={current.id}#fact-{current.id}")
     deleted = FactEvent.objects.filter(user=request.user, fact_id=fact_id, action=FactEvent.Action.DELETED).exists()
     if deleted:
         messages.info(request, "That fact has been deleted.")
-        return redirect("me:memory")
+        return hx_redirect(request, reverse("me:memory"))
     return None
 
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect, retarget
+from django_htmx.http import retarget
 
 from memoryapp import orgs, password_reset, ratelimit
 from memoryapp.backends import ModelUnavailable
@@ -30,7 +30,7 @@ from memoryapp.models import (
     default_scopes,
 )
 from memoryapp.pages.forms import FactForm
-from memoryapp.pages.rendering import form_status, page_or_partial
+from memoryapp.pages.rendering import form_status, hx_redirect, page_or_partial
 from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
 from memoryapp.writing import FactRejected
 
@@ -406,7 +406,7 @@ def member_role(request, org, membership, membership_id):
     if target.id == membership.id and target.role != Membership.Role.ADMIN:
         # They demoted themselves: they can no longer manage the members page.
         messages.success(request, "You are now a member of this organisation.")
-        return _hx_redirect(request, reverse("org-members", args=[org.slug]))
+        return hx_redirect(request, reverse("org-members", args=[org.slug]))
     return _done(
         request,
         "org-members",
@@ -462,7 +462,7 @@ def member_remove(request, org, membership, membership_id):
         )
     if target.id == membership.id:
         messages.success(request, f"You left {org.name}.")
-        return _hx_redirect(request, reverse("org-list"))
+        return hx_redirect(request, reverse("org-list"))
     return _done(
         request,
         "org-members",
@@ -497,14 +497,7 @@ def leave(request, slug):
             request, org, membership, status=form_status(request, ok=False), errors={membership.id: str(exc)}
         )
     messages.success(request, f"You left {org.name}. Your personal memory is unchanged.")
-    return _hx_redirect(request, reverse("org-list"))
-
-
-def _hx_redirect(request, url):
-    """A redirect that also works for htmx (which would otherwise swap the target page into a partial)."""
-    if request.htmx:
-        return HttpResponseClientRedirect(url)
-    return redirect(url)
+    return hx_redirect(request, reverse("org-list"))
 
 
 # --- people the org's agents remember ----------------------------------------------------------
@@ -572,7 +565,7 @@ def remembered_erase(request, org, membership, identity_id):
                 messages.success(
                     request, f"Erased {identity.external_id} and everything held about them. Receipt {receipt.id}."
                 )
-                return _hx_redirect(request, reverse("org-people", args=[org.slug]))
+                return hx_redirect(request, reverse("org-people", args=[org.slug]))
         else:
             error = f"Type {identity.external_id} exactly to confirm."
     context = {"org": org, "membership": membership, "tab": "people", "identity": identity, "error": error}
@@ -673,7 +666,7 @@ def delete(request, org, membership):
             name = org.name
             orgs.delete_org(org)
             messages.success(request, f"{name} was deleted. Every member's personal memory is unchanged.")
-            return _hx_redirect(request, reverse("org-list"))
+            return hx_redirect(request, reverse("org-list"))
         error = f"Type {org.slug} exactly to confirm."
     context = {"org": org, "membership": membership, "tab": "delete", "error": error, **_nav(org, membership)}
     return render(request, "orgs/delete.html", context, status=400 if error else 200)
