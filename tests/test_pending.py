@@ -6,6 +6,7 @@ in a block, never supersedes or confirms anything, and waits on /me/ until the p
 """
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -258,6 +259,11 @@ def test_export_lists_what_waits_and_erasure_removes_it(org, api_key, held):
     alice = sessions.find_user(org, "alice")
     doc = exporting.export_user(alice)
     assert [c["text"] for c in doc["waiting_for_you"]] == [CLAIM]
+    # The Data and privacy page counts it among what is held (it listed facts and history only).
+    page = Client()
+    page.force_login(alice)
+    shown = re.sub(r"<[^>]+>", "", page.get("/me/data/").content.decode())
+    assert "1 fact waiting for your word" in shown and "0 attempts refused" in shown
     receipt = erase_user(alice, "command")
     assert receipt.counts["fact_candidates"] == 1
     assert not FactCandidate.objects.exists()
