@@ -245,8 +245,9 @@ PAGES = {
         "GET": "302 403 403 404 200 404 302 302 302 403 404",
         "POST": "302 403 403 404 400 404 302 302 302 403 404",
     },
+    # GET is the confirmation page (no JavaScript); POST deletes.
     "orgs/<slug:slug>/facts/<uuid:fact_id>/delete/": {
-        "GET": "405 405 405 405 405 405 405 405 405 403 405",
+        "GET": "302 403 403 404 200 404 302 302 302 403 404",
         "POST": "302 403 403 404 302 404 302 302 302 403 404",
     },
     "orgs/<slug:slug>/proposals/": {

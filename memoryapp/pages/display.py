@@ -288,18 +288,18 @@ def org_fact_item(fact, actions=None):
         out.append(f"    <span>Heard again {how_many_times(fact.confirmation_count - 1)}</span>")
     out.append("  </div>\n  </div>")
     if actions is not None:
-        edit, delete, token = (escape(a) for a in actions)
+        edit, delete = (escape(a) for a in actions)
         out.append(
             '  <details class="row-menu">\n'
             f'    <summary aria-label="Actions for: {text}" title="Actions">'
             '<span aria-hidden="true">⋯</span></summary>\n'
             '    <div class="row-menu-panel">\n'
             f'      <a href="{edit}" hx-get="{edit}" hx-target="#fact-{fid}" hx-swap="outerHTML">Correct</a>\n'
-            f'      <form method="post" action="{delete}" hx-post="{delete}" hx-target="#org-facts" '
-            'hx-swap="outerHTML" hx-confirm="Delete this org fact for every member?">\n'
-            f'        <input type="hidden" name="csrfmiddlewaretoken" value="{token}"><button type="submit" '
-            f'class="destructive">Delete<span class="visually-hidden"> “{text}”</span></button>\n'
-            "      </form>\n    </div>\n  </details>"
+            # Without JavaScript the link opens a confirmation page; with it, htmx asks and posts.
+            f'      <a class="destructive" href="{delete}" hx-post="{delete}" hx-target="#org-facts" '
+            'hx-swap="outerHTML" hx-confirm="Delete this org fact for every member?">'
+            f'Delete…<span class="visually-hidden"> “{text}”</span></a>\n'
+            "    </div>\n  </details>"
         )
     out.append("  </div>\n</li>")
     return mark_safe("\n".join(out))  # noqa: S308 - every value above is escaped

@@ -99,7 +99,7 @@ def org_fact_item(context, fact):
                 display.urls_by_id("org-fact-delete", slug),
             )
         edit, delete = context.render_context["_org_fact_urls"]
-        actions = (edit(fact.id), delete(fact.id), str(context.get("csrf_token", "")))
+        actions = (edit(fact.id), delete(fact.id))
     return display.org_fact_item(fact, actions)
 
 

@@ -82,6 +82,13 @@ def test_admin_adds_member_approves_proposal_and_edits_an_org_fact(page, org, te
     screenshot(page, "org-memory-admin")
     live = set(MemoryFact.objects.for_org(org).live().values_list("text", flat=True))
     assert "The team's main languages are Go and TypeScript." in live and "The team's main language is Go." not in live
+    # With JavaScript, Delete… asks in a dialog and posts; the list refreshes in place.
+    page.once("dialog", lambda dialog: dialog.accept())
+    target = page.locator("li.fact", has_text="Go and TypeScript")
+    target.locator("summary").click()
+    target.get_by_role("link", name=re.compile("^Delete")).click()
+    expect(page.get_by_role("status")).to_contain_text("Deleted")
+    expect(page.locator("li.fact", has_text="Go and TypeScript")).to_have_count(0)
 
     page.get_by_role("link", name="API keys").click()
     page.get_by_label("Name", exact=True).fill("Release bot")
@@ -132,6 +139,15 @@ def test_admin_pages_work_without_javascript(page_nojs, org, team):
     page.get_by_label("Fact, as one sentence").fill("The team is based in Porto.")
     page.get_by_role("button", name="Save correction").click()
     expect(page.locator("li.fact", has_text="based in Porto")).to_be_visible()
+    # Deleting a shared fact asks first, without JavaScript too (it deleted at once).
+    porto = page.locator("li.fact", has_text="based in Porto")
+    porto.locator("summary").click()
+    porto.get_by_role("link", name=re.compile("^Delete")).click()
+    expect(page.get_by_role("heading", name=re.compile("for every member"))).to_be_visible()
+    assert MemoryFact.objects.for_org(org).live().filter(text__contains="Porto").exists()
+    page.get_by_role("button", name="Delete it").click()
+    expect(page.get_by_role("status")).to_contain_text("Deleted")
+    assert not MemoryFact.objects.for_org(org).live().filter(text__contains="Porto").exists()
     page.goto(f"/orgs/{org.slug}/proposals/")
     page.locator("li.proposal").get_by_role("button", name=re.compile("^Reject")).click()
     expect(page.get_by_role("status")).to_contain_text("Rejected.")

@@ -270,17 +270,31 @@ def fact_edit(request, org, membership, fact_id):
     return _page(request, "orgs/fact_edit.html", "edit", context, status=status)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 @_admin
 def fact_delete(request, org, membership, fact_id):
+    """A confirmation page (GET), then the deletion (POST): works without JavaScript."""
     fact = _org_fact(org, fact_id)
+    if request.method == "GET":
+        return _confirm(
+            request,
+            org,
+            membership,
+            tab="memory",
+            title="Delete an org fact",
+            question=f"Delete “{fact.text}” for every member?",
+            consequence="Every member's assistant stops using it at once. Its history keeps only that it was deleted.",
+            action=request.path,
+            button="Delete it",
+            back=reverse("org-memory", args=[org.slug]),
+        )
     orgs.delete_fact(fact, request.user)
     return _done(
         request,
         "org-memory",
         org,
-        f"Deleted “{fact.text}”.",
+        f"Deleted: “{fact.text}”",
         lambda n: _render_memory(request, org, membership, notice=n),
     )
 
