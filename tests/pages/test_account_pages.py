@@ -156,6 +156,8 @@ def test_search_htmx_returns_only_the_results(as_alice, seeded):
     assert response.status_code == 200
     assert "<html" not in body and 'id="results"' in body
     assert "examples written in Python" in body and "learn Rust" not in body
+    # The kind tabs come along out of band, their links keeping the search (they dropped it).
+    assert 'id="kind-tabs"' in body and 'hx-swap-oob="true"' in body and "kind=preference&q=python" in body
 
 
 def test_odd_search_input_is_not_an_error(as_alice, seeded):
