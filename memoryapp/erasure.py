@@ -191,6 +191,11 @@ OPERATOR_REFUSAL = (
 )
 
 
+def operator_refusal(user):
+    """Why no organisation may erase `user` (they operate one and manage their memory themselves), or None."""
+    return OPERATOR_REFUSAL if people.operates(user) else None
+
+
 def erase_member(org, user, requested_via="org"):
     """Erase a person on behalf of an organisation whose agent knows them (its API key).
 
@@ -198,8 +203,8 @@ def erase_member(org, user, requested_via="org"):
     acts only on the people whose memory its agent keeps. Refused too when another organisation's
     agent also knows them: one organisation cannot erase memory that another holds.
     """
-    if people.operates(user):
-        raise ErasureRefused(OPERATOR_REFUSAL)
+    if refused := operator_refusal(user):
+        raise ErasureRefused(refused)
     if not ExternalIdentity.objects.filter(org=org, user=user).exists():
         raise ErasureRefused("This person is not a member of this organisation (its agent does not know them).")
     if (

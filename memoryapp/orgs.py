@@ -290,7 +290,7 @@ def portal_link_for(identity, base_url):
 
 def erase_refusal(identity):
     """Why this org cannot erase the remembered person at all (they sign in and manage it themselves), or None."""
-    return erasure.OPERATOR_REFUSAL if people.operates(identity.user) else None
+    return erasure.operator_refusal(identity.user)
 
 
 def erase_remembered(identity):
