@@ -449,6 +449,12 @@ def create_key(org, name, scopes):
         raise OrgError("Give the key a name, so you can tell it apart later.")
     if len(name) > KEY_NAME_MAX:
         raise OrgError(f"A key name is at most {KEY_NAME_MAX} characters.")
+    # Names tell live keys apart; this also stops a reloaded form from minting a second key.
+    if ApiKey.objects.active().filter(org=org, name__iexact=name).exists():
+        raise OrgError(
+            f"A live key is already named “{name}”. Its key was shown once, when it was made: "
+            "if you did not copy it, revoke that key and make a new one."
+        )
     chosen = [s for s in Scope.values if s in set(scopes or ())]
     if not chosen or len(chosen) != len(set(scopes)):
         raise OrgError(f"Choose what the key may do: {', '.join(Scope.values)} (at least one).")

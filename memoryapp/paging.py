@@ -51,12 +51,12 @@ def _decode(cursor, count):
         raise BadCursor("cursor: not a cursor from a previous page") from exc
 
 
-def _after(order, values):
-    """Rows after the position `values` on `order`: (a > x) or (a = x and b > y) or …"""
+def _after(order, values, before=False):
+    """Rows after (or `before`) the position `values` on `order`: (a > x) or (a = x and b > y) or …"""
     clauses = []
     for i, field in enumerate(order):
         name = field.lstrip("-")
-        op = "lt" if field.startswith("-") else "gt"
+        op = "lt" if field.startswith("-") != before else "gt"
         equal = {f.lstrip("-"): v for f, v in zip(order[:i], values[:i], strict=True)}
         clauses.append(Q(**equal, **{f"{name}__{op}": values[i]}))
     return reduce(or_, clauses)
@@ -72,6 +72,14 @@ def keyset_page(queryset, order, cursor=None, limit=50):
     except ValidationError as exc:  # a value of the wrong type for its field
         raise BadCursor("cursor: not a cursor from a previous page") from exc
     return _cut(rows, limit, lambda row: cursor_after(row, order))
+
+
+def cursor_at(queryset, order, row):
+    """The cursor of the page that starts at `row` (None when it is on the first page), to link straight to it."""
+    position = [_field_value(row, f.lstrip("-")) for f in order]
+    reverse = [f[1:] if f.startswith("-") else f"-{f}" for f in order]
+    previous = queryset.filter(_after(order, position, before=True)).order_by(*reverse).first()
+    return cursor_after(previous, order) if previous is not None else None
 
 
 def _cut(rows, limit, cursor_of):

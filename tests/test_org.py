@@ -506,6 +506,17 @@ def test_key_name_is_required(org, alice):
     assert not ApiKey.objects.exists()
 
 
+def test_reloading_the_page_that_showed_a_new_key_makes_no_second_key(org, alice):
+    c = client_for(alice)
+    assert c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot", "scopes": ["read"]}).status_code == 200
+    # the browser resends the form, or someone types the name again
+    again = c.post(f"/orgs/{org.slug}/keys/create/", {"name": "support  BOT", "scopes": ["read"]})
+    assert again.status_code == 400 and "A live key is already named “support BOT”" in again.content.decode()
+    assert 'id="id_new_key"' not in again.content.decode() and ApiKey.objects.filter(org=org).count() == 1
+    orgs.revoke_key(ApiKey.objects.get(org=org))
+    assert c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot", "scopes": ["read"]}).status_code == 200
+
+
 def test_a_key_created_read_only_is_shown_so_and_cannot_write(org, alice):
     c = client_for(alice)
     page = c.get(f"/orgs/{org.slug}/keys/").content.decode()

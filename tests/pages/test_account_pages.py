@@ -190,6 +190,30 @@ def test_correct_without_javascript_supersedes_with_a_user_fact(as_alice, alice,
     assert "Corrected" in page  # the flash message
 
 
+def test_after_a_correction_without_javascript_the_list_opens_at_the_page_that_shows_it(org, make_user):
+    from tests.pages.test_queries_per_page import memory_of
+
+    person, _ = memory_of(org, make_user, 120)  # 30 of each kind: the goals are on the second page of 50
+    client = Client()
+    client.force_login(person)
+    goal = MemoryFact.objects.for_user(person).live().filter(kind="goal").order_by("id").last()
+    response = client.post(
+        f"/me/facts/{goal.id}/correct/", {"text": "The user wants to run a marathon.", "kind": "goal"}
+    )
+    new = live_fact(person, "marathon")
+    assert response.status_code == 302 and "after=" in response["Location"]
+    page = text_of(client.get(response["Location"]))
+    assert "You want to run a marathon." in page and f'id="fact-{new.id}"' in page and "Corrected" in page
+    assert "First page" in page  # and the way back to the start
+    assert (
+        "after="
+        not in client.post(
+            f"/me/facts/{live_fact(person, 'number 1.').id}/correct/",
+            {"text": "The user noted thing number one.", "kind": "constraint"},
+        )["Location"]
+    )  # a constraint: page 1
+
+
 def test_correct_can_change_the_kind(as_alice, alice, seeded):
     old = live_fact(alice, "British spelling")
     as_alice.post(f"/me/facts/{old.id}/correct/", {"text": old.text, "kind": "constraint"})

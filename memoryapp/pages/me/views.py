@@ -26,6 +26,7 @@ from memoryapp import (
     forgetting,
     linking,
     orgs,
+    paging,
     pending,
     people,
     portal,
@@ -140,7 +141,7 @@ def _gone(request, fact_id):
         messages.info(
             request, "That fact had already been replaced, perhaps in another tab. Here is the current version."
         )
-        return hx_redirect(request, reverse("me:memory") + f"?highlight={current.id}#fact-{current.id}")
+        return hx_redirect(request, _shown_on_its_page(request.user, current.id))
     deleted = FactEvent.objects.filter(user=request.user, fact_id=fact_id, action=FactEvent.Action.DELETED).exists()
     if deleted:
         messages.info(request, "That fact has been deleted.")
@@ -268,6 +269,21 @@ def _forgotten_lately(user):
     ]
 
 
+def _in_memory_order(user):
+    """The person's live facts with what MEMORY_ORDER sorts them by."""
+    rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
+    return MemoryFact.objects.for_user(user).live().for_display().annotate(rank=rank)
+
+
+def _shown_on_its_page(user, fact_id):
+    """My memory at the page where this fact is, highlighted, so a change is seen where it landed."""
+    facts = _in_memory_order(user)
+    row = facts.filter(id=fact_id).first()
+    cursor = paging.cursor_at(facts, MEMORY_ORDER, row) if row is not None else None
+    start = f"after={cursor}&" if cursor else ""
+    return reverse("me:memory") + f"?{start}highlight={fact_id}#fact-{fact_id}"
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")  # one URL, full page or partial: caches must tell them apart
@@ -275,12 +291,11 @@ def memory(request):
     """The live facts by kind, a page at a time, with search and a kind filter over all of them."""
     query, kind = _filters_of(request)
     counts = _kind_counts(request.user)
-    shown = search.matching(MemoryFact.objects.for_user(request.user).live().for_display(), query)
+    shown = search.matching(_in_memory_order(request.user), query)
     if kind:
         shown = shown.filter(kind=kind)
-    rank = Case(*[When(kind=k, then=Value(i)) for i, k in enumerate(KIND_ORDER)], output_field=IntegerField())
     after = request.GET.get("after", "")
-    page = keyset(request, shown.with_last_recalled().annotate(rank=rank), MEMORY_ORDER, FACTS_PER_PAGE)
+    page = keyset(request, shown.with_last_recalled(), MEMORY_ORDER, FACTS_PER_PAGE)
     first = not after
     context = {
         "groups": _groups(page.rows, counts),
@@ -327,7 +342,7 @@ def waiting_keep(request, candidate_id):
     for old in result.superseded:  # never replace something without saying so
         kept += f" It replaced “{as_yours(old.text)}”, which said something different (see the fact's history)."
     messages.success(request, kept)
-    return redirect(reverse("me:memory") + f"?highlight={result.fact.id}#fact-{result.fact.id}")
+    return redirect(_shown_on_its_page(request.user, result.fact.id))
 
 
 @require_POST
@@ -457,7 +472,7 @@ def fact_edit(request, fact_id):
             if request.htmx:
                 return _page(request, "me/_fact.html#item", _item_context(request.user, new, just_corrected=True))
             messages.success(request, "Corrected. The assistant will use your version from now on.")
-            return redirect(reverse("me:memory") + f"?highlight={new.id}#fact-{new.id}")
+            return redirect(_shown_on_its_page(request.user, new.id))
     status = form_status(request, not form.is_bound or form.is_valid())
     return _page(request, "me/fact_edit.html", {"f": fact, "form": form}, status, "memory", partial="form")
 
@@ -498,7 +513,7 @@ def fact_restore(request, fact_id):
         messages.error(request, str(exc))
         return redirect("me:memory")
     messages.success(request, "Restored. The assistant can use it again.")
-    return redirect(reverse("me:memory") + f"?highlight={fact.id}#fact-{fact.id}")
+    return redirect(_shown_on_its_page(request.user, fact.id))
 
 
 # --- conversations ------------------------------------------------------------
