@@ -19,7 +19,12 @@ from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, MemorySetti
 # No space at either end: "alice " would be a second person beside "alice". The spaces are spelt out so
 # Python, pydantic's Rust engine and the OpenAPI schema's ECMAScript read one pattern alike.
 _NOT_AT_THE_ENDS = r"\x00-\x20\x7f/\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-EXTERNAL_ID_PATTERN = rf"^[^{_NOT_AT_THE_ENDS}](?:[^\x00-\x1f\x7f/]{{0,126}}[^{_NOT_AT_THE_ENDS}])?$"
+# Nor "." or "..": a URL reads them as "this folder" and "the one above", so no path could reach that person.
+# (No look-ahead: pydantic's engine has none, so the two are left out by spelling the short ids out.)
+_END, _END_NOT_DOT = rf"[^{_NOT_AT_THE_ENDS}]", rf"[^{_NOT_AT_THE_ENDS}.]"
+EXTERNAL_ID_PATTERN = (
+    rf"^(?:{_END_NOT_DOT}|{_END_NOT_DOT}{_END}|\.{_END_NOT_DOT}|{_END}[^\x00-\x1f\x7f/]{{1,126}}{_END})$"
+)
 EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
 QUEUE_LEASE = timedelta(minutes=2)
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memoryapp import extraction, sessions, validation, writing
-from memoryapp.models import MemoryFact, Turn
+from memoryapp.models import AgentSession, MemoryFact, Turn
 from memoryapp.vocabulary import KINDS
 
 pytestmark = pytest.mark.django_db
@@ -205,12 +205,23 @@ def test_nul_in_a_turn_is_a_clear_422_and_nothing_is_stored(api, turn):
     assert not Turn.objects.filter(session_id=sid).exists()
 
 
-@pytest.mark.parametrize("user", ["bad\x00id", "tab\there", "new\nline", "", "a/b", "alice ", " alice", "\u00a0alice"])
+@pytest.mark.parametrize(
+    "user", ["bad\x00id", "tab\there", "new\nline", "", "a/b", "alice ", " alice", "\u00a0alice", ".", ".."]
+)
 def test_a_user_id_with_control_characters_a_slash_or_spaces_at_its_ends_is_a_422(api, user):
-    # A slash: the id sits in the API's paths, where no route could export or erase that person.
+    # A slash, "." or "..": the id sits in the API's paths, where no route could export or erase that person.
     # Spaces at the ends: "alice " would be a second person beside "alice".
     response = api.post("/v1/sessions", {"user": user})
     assert response.status_code == 422 and response.json()["error"]["field"] == "user"
+
+
+def test_a_misspelt_body_field_is_a_422_so_memory_off_is_never_silently_on(api):
+    response = api.post("/v1/sessions", {"user": "typo", "Memory": "off"})
+    assert response.status_code == 422 and response.json()["error"]["field"] == "Memory"
+    assert "check its spelling" in response.json()["error"]["message"]
+    assert not AgentSession.objects.exists()
+    sent = api.post("/v1/users/typo/facts", {"text": "The user keeps bees.", "kind": "profile", "sesion": "x"})
+    assert sent.status_code == 422 and sent.json()["error"]["field"] == "sesion"
 
 
 def test_nul_in_the_fact_search_is_a_422_not_the_whole_list(api):

@@ -92,6 +92,8 @@ def _validation_error(request, exc):
     if first.get("type") == "json_invalid" or "JSON" in message:
         return error_response(request, 400, "malformed_json", "The request body is not valid JSON.")
     field = ".".join(loc) or None
+    if first.get("type") == "extra_forbidden":
+        message = "not a field of this request: check its spelling (field names are case-sensitive)"
     return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
 
 

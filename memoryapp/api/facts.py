@@ -14,6 +14,7 @@ from ninja import Field, Query, Router, Schema, Status
 from memoryapp import backends, facts, sessions, writing
 from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS, ApiError
+from memoryapp.api.schemas import BodyIn
 from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS
 
 router = Router(tags=["facts"])
@@ -76,7 +77,7 @@ class FactDetailOut(FactOut):
     recall_count: int
 
 
-class FactIn(Schema):
+class FactIn(BodyIn):
     model_config = {"json_schema_extra": {"examples": [{"text": "The user is vegan.", "kind": "constraint"}]}}
 
     text: str = Field(

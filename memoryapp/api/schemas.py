@@ -17,7 +17,13 @@ NOT_BLANK = rf"^[^\u0000]*[^\u0000{BLANK}][^\u0000]*$"
 ExternalUser = Field(..., min_length=1, max_length=128, pattern=EXTERNAL_ID_PATTERN)
 
 
-class SessionIn(Schema):
+class BodyIn(Schema):
+    """A request body: a field it does not know is a 422, never ignored ({"Memory": "off"} must not leave memory on)."""
+
+    model_config = {"extra": "forbid"}
+
+
+class SessionIn(BodyIn):
     model_config = {"json_schema_extra": {"examples": [{"user": "alice", "memory": "on"}]}}
 
     user: str = ExternalUser
@@ -31,7 +37,7 @@ class SessionOut(Schema):
     started_at: datetime
 
 
-class TurnIn(Schema):
+class TurnIn(BodyIn):
     model_config = {
         "json_schema_extra": {
             "examples": [{"role": "user", "content": "We are on-prem by contract; never propose cloud services."}]
@@ -47,7 +53,7 @@ class TurnIn(Schema):
     )
 
 
-class TurnsIn(Schema):
+class TurnsIn(BodyIn):
     model_config = {
         "json_schema_extra": {
             "examples": [
@@ -90,7 +96,7 @@ class SessionStatusOut(Schema):
     facts_superseded: list[uuid.UUID]
 
 
-class RecallIn(Schema):
+class RecallIn(BodyIn):
     model_config = {
         "json_schema_extra": {
             "examples": [{"session": "3f2b8c1e-9d4a-4c7b-8e2f-1a6d5b9c0e47", "message": "Where should the uploads go?"}]
@@ -117,7 +123,7 @@ class RecallOut(Schema):
     cached: bool
 
 
-class PromptIn(Schema):
+class PromptIn(BodyIn):
     model_config = {
         "json_schema_extra": {
             "examples": [
