@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from memoryapp import clock, people, writing
+from memoryapp import clock, people, sessions, writing
 from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
@@ -74,6 +74,28 @@ def link(account, remembered, judge=None):
         except _Changed:
             continue
     raise AssertionError("the last attempt always merges")
+
+
+def unlink(account, identity_id):
+    """Undo a link (the person's own action): the assistant's id names a new, empty remembered person from now on.
+
+    What the link added stays in the account, where its owner may delete it. Returns the identity.
+    """
+    with transaction.atomic():
+        # The account's write lock: a write or recall for this id already running finishes first, and
+        # the next one finds the new person.
+        writing.lock_user(account.pk)
+        identity = ExternalIdentity.objects.select_for_update().filter(id=identity_id, user=account).first()
+        if identity is None:
+            raise LinkRefused("That assistant's id is no longer part of your account.")
+        identity.user = sessions.new_remembered_person()
+        identity.linked_at = None
+        identity.save(update_fields=["user", "linked_at"])
+        # A session records the person, not the id: the org's open ones would go on reading this account.
+        still_open = list(AgentSession.objects.filter(user=account, org=identity.org, ended_at__isnull=True))
+    for session in still_open:
+        sessions.end_session(session)
+    return identity
 
 
 def _judge_into(account, remembered, judged, judge):

@@ -86,16 +86,21 @@ def get_or_create_user(org, external_id):
     user = find_user(org, external_id)
     if user is not None:
         return user
-    User = get_user_model()
     try:
         with transaction.atomic():
-            user = User.objects.create(username=f"u-{secrets.token_hex(8)}")
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
+            user = new_remembered_person()
             ExternalIdentity.objects.create(org=org, user=user, external_id=external_id)
-            MemorySettings.objects.create(user=user)
     except IntegrityError:
         return find_user(org, external_id)  # a concurrent request created them first
+    return user
+
+
+def new_remembered_person():
+    """A person an agent remembers, with an empty memory: no password, so never a sign-in."""
+    user = get_user_model().objects.create(username=f"u-{secrets.token_hex(8)}")
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    MemorySettings.objects.create(user=user)
     return user
 
 

@@ -105,6 +105,11 @@ PAGES = {
         "GET": "302 200 404 404 404 404 302 302 302 404 404",
         "POST": "405 405 405 405 405 405 405 405 405 405 405",
     },
+    # Only an id the person linked to their own account can be unlinked: Pat's (never linked) is 404 to all.
+    "me/known-as/<int:identity_id>/unlink/": {
+        "GET": "302 404 404 404 404 404 302 302 302 404 404",
+        "POST": "302 404 404 404 404 404 302 302 302 404 404",
+    },
     # The switch lives on Data and privacy: GET sends everyone signed in there.
     "me/settings/": {
         "GET": "302 302 302 302 302 302 302 302 302 302 302",

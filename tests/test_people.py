@@ -196,6 +196,28 @@ def test_an_agents_memory_of_an_account_holder_joins_it_only_when_she_says_this_
     assert browser.get("/me/").wsgi_request.user.pk == alice.pk
 
 
+def test_a_linked_id_can_be_unlinked_without_javascript_and_the_agent_starts_an_empty_memory(scripted, org, api, alice):
+    remembered, _ = _agent_knows_alice(org, api)
+    browser = client_for(alice)
+    _link_in_browser(browser, org, remembered)
+    still_open = sessions.open_session(org, alice)
+    identity = ExternalIdentity.objects.get(org=org, external_id="alice")
+    mine = browser.get("/me/").content.decode()
+    assert f'href="/me/known-as/{identity.id}/unlink/"' in mine
+    confirm = browser.get(f"/me/known-as/{identity.id}/unlink/")
+    assert confirm.status_code == 200 and "will no longer know you as" in confirm.content.decode()
+    done = browser.post(f"/me/known-as/{identity.id}/unlink/", follow=True)
+    page = done.content.decode()
+    assert "no longer knows you as" in page and "bees on the roof" in page  # what it added stays hers
+    assert "knows you as <code>alice</code>" not in page
+    identity.refresh_from_db()
+    assert identity.user_id != alice.pk and identity.linked_at is None
+    assert not people.can_sign_in(identity.user)  # a remembered person again, with nothing remembered
+    assert api.get("/v1/users/alice/facts").json()["facts"] == []  # the agent no longer reads her memory
+    assert AgentSession.objects.get(id=still_open.id).ended_at is not None
+    assert browser.post(f"/me/known-as/{identity.id}/unlink/").status_code == 404  # no longer hers
+
+
 def test_linking_confirms_duplicates_supersedes_contradictions_and_moves_history_as_is(scripted, org, alice):
     remembered = sessions.get_or_create_user(org, "alice")
     own = writing.store(alice, "The user lives in Berlin.", "profile").fact

@@ -17,6 +17,7 @@ urlpatterns = [
     path("proposals/<int:proposal_id>/withdraw/", views.proposal_withdraw, name="proposal_withdraw"),
     path("conversations/", views.conversations, name="conversations"),
     path("conversations/<uuid:session_id>/", views.conversation, name="conversation"),
+    path("known-as/<int:identity_id>/unlink/", views.unlink, name="unlink"),
     path("settings/", views.memory_switch, name="settings"),
     path("data/", views.data, name="data"),
     path("data/export.json", views.export_json, name="export"),

@@ -39,6 +39,7 @@ from memoryapp import export as exporting
 from memoryapp.models import (
     AgentSession,
     ErasureReceipt,
+    ExternalIdentity,
     FactCandidate,
     FactEvent,
     MemoryFact,
@@ -380,6 +381,28 @@ def proposal_withdraw(request, proposal_id):
     if back.startswith("/me/") and "//" not in back:
         return redirect(back)
     return redirect("me:memory")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@never_cache
+def unlink(request, identity_id):
+    """Take an assistant's id back out of the account, after a confirmation: that assistant starts a new memory."""
+    linked = ExternalIdentity.objects.select_related("org").filter(user=request.user, linked_at__isnull=False)
+    identity = get_object_or_404(linked, id=identity_id)  # only an id the person linked, and only theirs
+    if request.method == "POST":
+        try:
+            linking.unlink(request.user, identity.id)
+        except linking.LinkRefused as exc:
+            messages.info(request, str(exc))
+            return redirect("me:memory")
+        messages.success(
+            request,
+            f"{identity.org.name}'s assistant no longer knows you as “{identity.external_id}”: "
+            "it starts an empty memory under that id, and what it had added stays here with you.",
+        )
+        return redirect("me:memory")
+    return _page(request, "me/unlink.html", {"i": identity}, section="memory")
 
 
 def _explain(fact, own_session_ids):
