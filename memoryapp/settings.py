@@ -85,7 +85,9 @@ MIDDLEWARE = [
     "memoryapp.middleware.PortalSessionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "memoryapp.pages.errors.ActionPageMiddleware",
 ]
+CSRF_FAILURE_VIEW = "memoryapp.pages.errors.csrf_failure"
 
 ROOT_URLCONF = "memoryapp.urls"
 WSGI_APPLICATION = "memoryapp.wsgi.application"

@@ -180,6 +180,21 @@ def test_the_rewriter_speaks_of_the_user():
     assert phrasing.third_person("The sky is blue.") is None
 
 
+@pytest.mark.parametrize(
+    "said, fact",
+    [
+        ("I like crème brûlée.", "The user likes crème brûlée."),  # "crème" once lost its è, then read "me"
+        ("I live in Zürich.", "The user lives in Zürich."),
+        ("My name is Łukasz.", "The user's name is Łukasz."),
+        ("My name in Russian is Иван Петров.", "The user's name in Russian is Иван Петров."),
+        ("I name variables in snake_case.", "The user names variables in snake_case."),
+    ],
+)
+def test_the_rewriter_and_the_extractor_keep_every_letter_of_other_alphabets(said, fact):
+    assert phrasing.third_person(said) == fact
+    assert [f["text"] for f in offline.extract_facts(said)] == [fact]
+
+
 def test_provenance_names_the_learned_model():
     backend = backends.OfflineBackend()
     assert backend.model == learned.version()

@@ -165,7 +165,10 @@ _PRONOUN = re.compile(
     r"(['’](?:m|ve|d|ll|re))?(?![\w'])"
 )
 # "no longer" is one token, an adverb like "never": "we no longer deploy" -> "the user's team no longer deploys".
-_TOKEN = re.compile(_PRONOUN.pattern + r"|[Nn]o longer\b|[A-Za-z]+(?:['’][A-Za-z]+)?|[^\w\s]+|\d+|\s+")
+# A word is any letters, not only A-Z: "crème" and "Zürich" are one word each, never split into pieces ("me")
+# or dropped. The last alternative keeps any other character as it is, so a rewrite never loses one.
+_WORD = r"[^\W\d_]+"
+_TOKEN = re.compile(_PRONOUN.pattern + rf"|[Nn]o longer\b|{_WORD}(?:['’]{_WORD})?|[^\w\s]+|\d+|\s+|.")
 
 
 def _past_tense(low):
@@ -291,7 +294,7 @@ class _Rewriter:
             return  # the verb is still to come
         if low in _FORMS:
             self.out.append(_FORMS[low][0 if self.conjugate == "user" else 1])
-        elif self.conjugate == "user" and re.fullmatch(r"[A-Za-z]+", tok):
+        elif self.conjugate == "user" and re.fullmatch(_WORD, tok):
             self.out.append(_third_person_verb(tok))
         else:
             self.out.append(tok)

@@ -97,3 +97,24 @@ def test_the_outage_page_in_a_browser(page, make_user):
     assert response.status == 503
     expect(page.get_by_role("heading", name="We cannot reach your memory right now")).to_be_visible()
     assert page.evaluate("getComputedStyle(document.querySelector('header.top')).backgroundColor") != "rgba(0, 0, 0, 0)"
+
+
+@pytest.mark.django_db
+def test_a_form_from_before_a_sign_in_elsewhere_gets_a_page_in_words_not_djangos_csrf_text(make_user):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user("pat"))
+    response = client.post("/me/settings/", {"memory": "off"})  # the token of a session that has since changed
+    body = response.content.decode()
+    assert response.status_code == 403 and "This form has expired" in body and "Nothing was changed" in body
+    assert "DEBUG=True" not in body and 'class="top"' in body
+
+
+@pytest.mark.django_db
+def test_an_actions_address_opened_as_a_page_says_so_and_an_api_405_stays_json(make_user):
+    client = Client()
+    client.force_login(make_user("pat"))
+    response = client.get("/me/waiting/6b1f0f3e-5f0c-4c39-9a8e-1d2f3a4b5c6d/keep/")  # as after signing in again
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert "a button's, not a page" in response.content.decode() and "nothing was changed" in response.content.decode()
+    api = client.get("/api/v1/sessions")
+    assert api.status_code == 405 and api.json()["error"]["code"] == "method_not_allowed"
