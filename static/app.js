@@ -18,7 +18,7 @@
     var out = document.getElementById(field.getAttribute("data-counter"));
     var limit = parseInt(field.getAttribute("data-limit"), 10);
     if (!out || !limit) return;
-    var left = limit - field.value.length;
+    var left = limit - Array.from(field.value).length; // characters as the server counts them: an emoji is one
     out.textContent = left >= 0 ? left + " characters left" : -left + " characters too many";
     out.classList.toggle("over", left < 0);
     field.setAttribute("aria-invalid", left < 0 ? "true" : "false");

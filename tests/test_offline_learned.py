@@ -195,6 +195,13 @@ def test_the_rewriter_and_the_extractor_keep_every_letter_of_other_alphabets(sai
     assert [f["text"] for f in offline.extract_facts(said)] == [fact]
 
 
+def test_a_correction_in_the_second_person_keeps_a_subject_of_two_and_never_runs_two_sentences_together():
+    assert phrasing.stored_voice("You and your wife like hiking.") == "The user and their wife like hiking."
+    assert phrasing.stored_voice("I and my wife like hiking.") == "The user and their wife like hiking."
+    # Kept as typed, so the write path refuses it as two sentences ("them hate sushi" once slipped through).
+    assert phrasing.stored_voice("You like ramen. You hate sushi.") == "You like ramen. You hate sushi."
+
+
 def test_provenance_names_the_learned_model():
     backend = backends.OfflineBackend()
     assert backend.model == learned.version()

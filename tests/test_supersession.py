@@ -119,6 +119,33 @@ def test_hating_what_you_loved_replaces_the_old_feeling_offline(org):
     assert old.superseded_by.text == "The user hates Python."
 
 
+def test_what_someone_else_in_their_life_does_never_replaces_the_users_own_fact_offline(org):
+    offline_sessions(org, "I work at SAP.", "My colleague Tom works at Google now.", "I'm 34.", "My daughter is 7.")
+    live = set(MemoryFact.objects.live().values_list("text", flat=True))
+    assert {"The user works at SAP.", "The user's colleague Tom works at Google now."} <= live
+    assert not MemoryFact.objects.filter(superseded_at__isnull=False).exists()
+
+
+@pytest.mark.parametrize(
+    "old, new, verdict",
+    [
+        ("The user uses a Mac for work.", "The user's boss uses Windows.", "INDEPENDENT"),  # another person
+        ("The user is 34 years old.", "The user's daughter is 7 years old.", "INDEPENDENT"),
+        ("The user's colleague Tom works at Google.", "The user's colleague Anna works at Apple.", "INDEPENDENT"),
+        ("The user's colleague Tom works at Google.", "The user's colleague Tom works at Apple now.", "CONTRADICTS"),
+        ("The user owns a piano.", "The user owns a violin.", "INDEPENDENT"),  # the model's 0.86 is too unsure
+        ("The user lives in Berlin.", "The user lives in Hamburg.", "CONTRADICTS"),
+    ],
+)
+def test_offline_verdicts_supersede_only_the_same_persons_fact_and_only_when_sure(old, new, verdict):
+    assert offline.judge(new, [old]) == [verdict]
+
+
+def test_an_unsure_contradiction_keeps_both_facts_and_never_drops_the_new_one():
+    # The model's CONTRADICTS is 0.64 here; its next answer, DUPLICATE, would have lost "three kids".
+    assert offline.judge("The user has three kids.", ["The user has two kids."]) != ["DUPLICATE"]
+
+
 def keep_what_waits():
     """The person keeps every candidate the judge held (words to the assistant and rules read as orders
     may wait for their one click): supersession then runs as for any fact."""

@@ -292,6 +292,10 @@ class _Rewriter:
         if low in _ADVERBS or low in ("not", "no longer"):
             self.out.append(tok)
             return  # the verb is still to come
+        if low in ("and", "or"):  # "I and my wife like hiking": a subject of two, whose verb stays as it is
+            self.out.append(tok)
+            self.conjugate = None
+            return
         if low in _FORMS:
             self.out.append(_FORMS[low][0 if self.conjugate == "user" else 1])
         elif self.conjugate == "user" and re.fullmatch(_WORD, tok):
@@ -319,8 +323,8 @@ def stored_voice(text):
     """A fact as it is stored, whatever voice the person typed it in: 'You prefer tea.', 'I prefer tea.'
     and 'The user prefers tea.' are all 'The user prefers tea.'. Text that names no person is kept."""
     text = validation.normalise(text)
-    if re.match(r"the user\b", text, re.IGNORECASE):
-        return text
+    if re.match(r"the user\b", text, re.IGNORECASE) or validation.shape_problem(text, "profile"):
+        return text  # as typed: two sentences are refused as such, not run together by the rewrite
     first = substitute(text, _SECOND_PERSON) if re.search(r"\byou", text, re.IGNORECASE) else text
     return third_person(first) or text
 

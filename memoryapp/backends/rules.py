@@ -528,6 +528,19 @@ TABLE = {
             r"^the user's ((?:[\w-]+ ){0,3}[\w-]+) is (?!not\b)(.+?)\.?$",
             _I,
         ),
+        Rule(
+            "someone_else",
+            "a fact about someone else in the user's life (their boss, a child, a pet) never replaces or repeats one "
+            "about the user or another person",
+            r"^the user's (?:(?:best|closest|oldest|youngest|eldest|older|younger|little|big|new|former|ex-?) )?"
+            r"(colleague|co-?worker|boss|manager|supervisor|wife|husband|partner|spouse|girlfriend|boyfriend|"
+            r"fianc[eé]e?|daughter|son|child|children|kids?|baby|mother|mom|mum|father|dad|parents?|sister|brother|"
+            r"siblings?|friend|neighbou?r|room-?mate|flatmate|grand(?:mother|father|ma|pa|parents?|son|daughter|"
+            r"children|kids?)|aunt|uncle|cousin|niece|nephew|teammate|team lead|client|customer|doctor|therapist|"
+            r"teacher|in-laws?|(?:mother|father|sister|brother)-in-law|dog|cat|pet|puppy|kitten|horse)s?\b",
+            _I,
+        ),
+        Rule("contradicts_confidence", "the model's CONTRADICTS stands only when it is sure (CONTRADICTS_CONFIDENCE)"),
         Rule("common_ground", "a CONTRADICTS without a shared word or one-value relation is INDEPENDENT"),
         Rule("relation_support", "a CONTRADICTS needs the relation head's support"),
         Rule("duplicate_similarity", "a DUPLICATE needs a close rewording"),

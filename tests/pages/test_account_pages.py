@@ -214,6 +214,33 @@ def test_after_a_correction_without_javascript_the_list_opens_at_the_page_that_s
     )  # a constraint: page 1
 
 
+def test_with_memory_off_a_correction_promises_no_use_until_it_is_back_on(as_alice, alice, seeded):
+    writing.set_memory_switch(alice, False)
+    old = live_fact(alice, "Python")
+    as_alice.post(
+        f"/me/facts/{old.id}/correct/", {"text": "The user likes examples written in Go.", "kind": "preference"}
+    )
+    page = text_of(as_alice.get("/me/"))
+    assert "once you switch memory back on" in page and "will use your version from now on" not in page
+
+
+def test_a_button_pressed_again_after_its_work_is_done_says_nothing_was_changed(as_alice, alice, seeded):
+    fact = live_fact(alice, "Python")
+    assert as_alice.post(f"/me/facts/{fact.id}/restore/").status_code == 404  # live, so nothing to restore
+    again = text_of(as_alice.post(f"/me/facts/{fact.id}/restore/"))
+    assert "Nothing was changed" in again and "may have been done already" in again
+    assert "Nothing was changed" not in text_of(as_alice.get("/me/facts/6b1f0f3e-5f0c-4c39-9a8e-1d2f3a4b5c6d/"))
+
+
+def test_a_correction_of_two_sentences_is_refused_as_such(as_alice, alice, seeded):
+    old = live_fact(alice, "Python")
+    response = as_alice.post(
+        f"/me/facts/{old.id}/correct/", {"text": "You like ramen. You hate sushi.", "kind": "preference"}
+    )
+    assert response.status_code == 400 and "more than one sentence" in text_of(response)
+    assert live_fact(alice, "Python").id == old.id
+
+
 def test_correct_can_change_the_kind(as_alice, alice, seeded):
     old = live_fact(alice, "British spelling")
     as_alice.post(f"/me/facts/{old.id}/correct/", {"text": old.text, "kind": "constraint"})
@@ -267,7 +294,7 @@ def test_correcting_a_replaced_version_says_so(as_alice, alice, seeded):
         f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"}, follow=True
     )
     page = text_of(response)
-    assert "already been replaced" in page
+    assert "has been replaced since" in page
     current = live_fact(alice, "PlanetScale")
     assert f'id="fact-{current.id}"' in page and 'class="fact fresh"' in page  # the current version, highlighted
     assert "Save correction" not in page

@@ -127,6 +127,13 @@ def _page(request, template, context=None, status=200, section="", partial=None)
     return page_or_partial(request, template, partial, ctx, status=status)
 
 
+def _from_now_on(user, use):
+    """What a change means for the assistant, true whether memory is switched on or off."""
+    if writing.memory_enabled(user):
+        return f"{use} from now on."
+    return f"{use} once you switch memory back on (it is off, so the assistant uses none of it now)."
+
+
 def _item_context(user, fact, **extra):
     """What one fact's row needs: the fact and how recall uses it."""
     return {"f": fact, "tier1": recall.tier1_ids(user) if fact.state == "live" else {}, **extra}
@@ -140,7 +147,8 @@ def _gone(request, fact_id):
     if fact is not None and fact.superseded_by_id is not None:
         current = writing.chain_of(fact)[-1]
         messages.info(
-            request, "That fact had already been replaced, perhaps in another tab. Here is the current version."
+            request,
+            "That fact has been replaced since (by a correction, here or in another tab). Here is the current version.",
         )
         return hx_redirect(request, _shown_on_its_page(request.user, current.id))
     deleted = FactEvent.objects.filter(user=request.user, fact_id=fact_id, action=FactEvent.Action.DELETED).exists()
@@ -494,7 +502,7 @@ def fact_edit(request, fact_id):
             new = result.fact
             if request.htmx:
                 return _page(request, "me/_fact.html#item", _item_context(request.user, new, just_corrected=True))
-            messages.success(request, "Corrected. The assistant will use your version from now on.")
+            messages.success(request, f"Corrected. {_from_now_on(request.user, 'The assistant will use your version')}")
             return redirect(_shown_on_its_page(request.user, new.id))
     status = form_status(request, not form.is_bound or form.is_valid())
     return _page(request, "me/fact_edit.html", {"f": fact, "form": form}, status, "memory", partial="form")
@@ -535,7 +543,7 @@ def fact_restore(request, fact_id):
     except forgetting.RestoreRefused as exc:
         messages.error(request, str(exc))
         return redirect("me:memory")
-    messages.success(request, "Restored. The assistant can use it again.")
+    messages.success(request, f"Restored. {_from_now_on(request.user, 'The assistant can use it again')}")
     return redirect(_shown_on_its_page(request.user, fact.id))
 
 
