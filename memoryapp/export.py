@@ -96,6 +96,16 @@ def _about_the_account(user):
             {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
             for c in FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id")
         ],
+        "decided_for_you": [  # kept or discarded by the person; held for the audit until it lapses
+            {
+                "text": c.text,
+                "kind": c.kind,
+                "decision": c.decision,
+                "at": _iso(c.created_at),
+                "decided": _iso(c.decided_at),
+            }
+            for c in FactCandidate.objects.filter(user=user).exclude(decision="").order_by("created_at", "id")
+        ],
         "refused_attempts": [
             {"text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
             for c in FactCandidate.objects.filter(user=user, outcome="refused").order_by("created_at", "id")

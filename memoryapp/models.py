@@ -550,7 +550,8 @@ class SignIn(models.Model):
 
 class FactCandidateQuerySet(models.QuerySet):
     def pending(self):
-        return self.filter(outcome=FactCandidate.Outcome.PENDING)
+        """Still waiting for the person's word (a decided one stays, for the audit, until it lapses)."""
+        return self.filter(outcome=FactCandidate.Outcome.PENDING, decision="")
 
 
 class FactCandidate(models.Model):
@@ -563,6 +564,10 @@ class FactCandidate(models.Model):
     class Outcome(models.TextChoices):
         PENDING = "pending"
         REFUSED = "refused"
+
+    class Decision(models.TextChoices):
+        KEPT = "kept"
+        DISCARDED = "discarded"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # A personal candidate belongs to a user; an org-level refusal (no person known) to an org only.
@@ -583,6 +588,9 @@ class FactCandidate(models.Model):
         ExtractionRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(default=clock.now)
+    # The person's word on a pending one: the row stays until it lapses, so the audit's counts never shrink.
+    decision = models.CharField(max_length=10, choices=Decision.choices, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
 
     objects = FactCandidateQuerySet.as_manager()
 

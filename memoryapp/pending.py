@@ -50,7 +50,7 @@ def keep(candidate, person):
                 raise Gone()
             result = write.apply()  # under the person's lock; None when their memory moved meanwhile
             if result is not None:
-                locked.delete()
+                FactCandidate.objects.filter(id=locked.id).update(decision="kept", decided_at=clock.now())
                 writing.record_event(
                     result.fact,
                     FactEvent.Action.KEPT,
@@ -65,7 +65,8 @@ def keep(candidate, person):
 def discard(candidate, person):
     """The person discards a pending candidate: nothing is stored, the trail says it happened."""
     with transaction.atomic():
-        if not FactCandidate.objects.pending().filter(id=candidate.id).delete()[0]:
+        decided = FactCandidate.objects.pending().filter(id=candidate.id)
+        if not decided.update(decision="discarded", decided_at=clock.now()):  # one of two clicks wins
             raise Gone()
         writing.record_event(
             None,
@@ -79,7 +80,7 @@ def discard(candidate, person):
 
 
 def lapse(now=None):
-    """Remove what waited longer than PENDING_DAYS (pending) or was kept for the audit that long (refused)."""
+    """Remove what waited longer than PENDING_DAYS (pending), or was kept for the audit that long (refused, decided)."""
     cutoff = (now or clock.now()) - timedelta(days=settings.MEMORY["PENDING_DAYS"])
     old = FactCandidate.objects.filter(created_at__lt=cutoff)
     with transaction.atomic():

@@ -177,9 +177,16 @@ def test_keep_on_my_page_stores_it_as_the_persons_word_and_discard_forgets_it(or
     kept = FactEvent.objects.get(action="kept")
     assert kept.actor_user == alice and kept.actor == "user"
     page.post(f"/me/waiting/{discard.id}/discard/")
-    assert not FactCandidate.objects.filter(user=alice).exists()
+    assert not FactCandidate.objects.pending().filter(user=alice).exists()
     assert FactEvent.objects.filter(action="discarded", user=alice).exists()
     assert "Waiting for you" not in page.get("/me/").content.decode()
+    # Both stay in the audit, marked, until they lapse: the console's counts per day never shrink.
+    decided = dict(FactCandidate.objects.filter(user=alice).values_list("id", "decision"))
+    assert decided == {keep.id: "kept", discard.id: "discarded"}
+    held, per_day = pending.audit()
+    assert {c.id for c in held} >= {keep.id, discard.id} and sum(n["pending"] for _, n in per_day) == 2
+    doc = exporting.export_user(alice)
+    assert sorted(c["decision"] for c in doc["decided_for_you"]) == ["discarded", "kept"]
 
 
 def test_keeping_a_candidate_that_replaces_a_fact_says_which_one(org, api_key, held, scripted):

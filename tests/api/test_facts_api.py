@@ -146,6 +146,13 @@ def test_remember_creates_a_fact_labelled_with_the_agent_and_key(api, org, scrip
     assert event.action == "created" and event.actor == "agent" and "'test'" in event.reason
 
 
+def test_a_fact_sent_in_the_first_person_is_kept_in_the_voice_the_block_speaks(api, scripted):
+    sent = api.post("/v1/users/dora/facts", {"text": "I like tea with lemon.", "kind": "preference"}).json()
+    assert sent["fact"]["text"] == "The user likes tea with lemon."  # the block never says "I" for the person
+    fixed = api.patch(f"/v1/facts/{sent['fact']['id']}", {"text": "I like tea with honey.", "kind": "preference"})
+    assert fixed.status_code == 200 and fixed.json()["fact"]["text"] == "The user likes tea with honey."
+
+
 @pytest.mark.parametrize(
     "old, new",
     [
