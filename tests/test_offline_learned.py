@@ -202,6 +202,13 @@ def test_a_correction_in_the_second_person_keeps_a_subject_of_two_and_never_runs
     assert phrasing.stored_voice("You like ramen. You hate sushi.") == "You like ramen. You hate sushi."
 
 
+def test_statements_joined_by_a_comma_before_i_are_kept_apart_so_a_later_change_replaces_only_its_own():
+    assert [f["text"] for f in offline.extract_facts("I'm Alice, I live in Berlin.")] == [
+        "The user is Alice.",
+        "The user lives in Berlin.",
+    ]
+
+
 def test_provenance_names_the_learned_model():
     backend = backends.OfflineBackend()
     assert backend.model == learned.version()

@@ -217,8 +217,8 @@ TABLE = {
         ),
         Rule(
             "comma_then_i",
-            "cuts before ', I'm …' ('don't explain the basics, I'm a senior developer')",
-            r",\s*(?=(?:i'm|i am|we're|we are|i've|we've)\s)",
+            "cuts before ', I …' ('don't explain the basics, I'm a senior developer'; 'I'm Alice, I live in Berlin')",
+            r",\s*(?=(?:i|we)(?:'m|'ve|'d)?\s)",
             _I,
         ),
         Rule("speaker_carries", "a past-tense clause after an 'I' clause is the speaker's ('…but grew up in London')"),
