@@ -1,5 +1,5 @@
 """Content-Security-Policy (our own scripts and styles only), the confinement of portal sessions,
-and the server's own time per request."""
+the server's own time per request, and the page for an action's address opened as a page."""
 
 import time
 
@@ -105,4 +105,24 @@ class ServerTimingMiddleware:
         started = time.perf_counter()
         response = self.get_response(request)
         response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+        return response
+
+
+class ActionPageMiddleware:
+    """An action's address opened as a page (a bookmark, a sign-in's ?next=) gets a page saying so, not an empty 405."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code == 405
+            and request.method == "GET"
+            and not request.path_info.startswith("/api/")
+            and not response.content
+        ):
+            page = render(request, "405.html", status=405)
+            page["Allow"] = response.get("Allow", "")
+            return page
         return response

@@ -85,7 +85,7 @@ MIDDLEWARE = [
     "memoryapp.middleware.PortalSessionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "memoryapp.pages.errors.ActionPageMiddleware",
+    "memoryapp.middleware.ActionPageMiddleware",
 ]
 CSRF_FAILURE_VIEW = "memoryapp.pages.errors.csrf_failure"
 

@@ -1,4 +1,4 @@
-"""The pages' answers to errors: a database outage (503), a stale form, an action's address opened as a page."""
+"""The pages' answers to errors: the styled 503 when the database is unavailable, and a stale form's 403."""
 
 import sys
 
@@ -25,23 +25,3 @@ def server_error(request):
 def csrf_failure(request, reason=""):
     """CSRF_FAILURE_VIEW: a form from before a sign-in or sign-out elsewhere, said in words, not Django's debug text."""
     return render(request, "403_csrf.html", status=403)
-
-
-class ActionPageMiddleware:
-    """An action's address opened as a page (a bookmark, a sign-in's ?next=) gets a page saying so, not an empty 405."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        response = self.get_response(request)
-        if (
-            response.status_code == 405
-            and request.method == "GET"
-            and not request.path_info.startswith("/api/")
-            and not response.content
-        ):
-            page = render(request, "405.html", status=405)
-            page["Allow"] = response.get("Allow", "")
-            return page
-        return response
