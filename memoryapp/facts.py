@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from memoryapp import backends, paging, search, sessions, writing
 from memoryapp.backends.phrasing import stored_voice
-from memoryapp.models import AgentSession, FactEvent, MemoryFact, RecallLog
+from memoryapp.models import AgentSession, FactCandidate, FactEvent, MemoryFact, RecallLog
 
 STATES = ("live", "superseded", "expired", "all")
 PAGE_SIZE = 50
@@ -149,6 +149,15 @@ def list_facts(user, *, state="live", kind=None, q=None, cursor=None, limit=PAGE
     # Keyset order on (created_at, id): fact_user_created_idx serves user + created_at.
     page = paging.keyset_page(qs, LIST_ORDER, cursor, limit)
     return Page(page.rows, page.next_cursor)
+
+
+PENDING_ORDER = ("-created_at", "-id")
+
+
+def list_pending(user, *, cursor=None, limit=PAGE_SIZE):
+    """One page of what waits for the person's word, newest first (never recalled until they keep it)."""
+    waiting = FactCandidate.objects.pending().filter(user=user)
+    return paging.keyset_page(waiting, PENDING_ORDER, cursor, limit)  # candidate_user_idx
 
 
 def fact_for_org(org, fact_id):

@@ -369,6 +369,7 @@ API = {
     ("DELETE", "/v1/users/{user}"): "401 401 401 401 401 401 409 404 401 401 401",
     # Facts of a person the key's org knows; another org's key gets 404 for them.
     ("GET", "/v1/users/{user}/facts"): "401 401 401 401 401 401 200 404 401 401 401",
+    ("GET", "/v1/users/{user}/pending"): "401 401 401 401 401 401 200 404 401 401 401",
     # Remembering names a person by the org's own id: another org's key makes its own person (201).
     ("POST", "/v1/users/{user}/facts"): "401 401 401 401 401 401 201 201 401 401 401",
     ("GET", "/v1/facts/{fact_id}"): "401 401 401 401 401 401 200 404 401 401 401",
@@ -388,6 +389,7 @@ SCOPES = {
     ("GET", "/v1/users/{user}/export"): "read",
     ("DELETE", "/v1/users/{user}"): "erase",
     ("GET", "/v1/users/{user}/facts"): "read",
+    ("GET", "/v1/users/{user}/pending"): "read",
     ("POST", "/v1/users/{user}/facts"): "write",
     ("GET", "/v1/facts/{fact_id}"): "read",
     ("PATCH", "/v1/facts/{fact_id}"): "write",

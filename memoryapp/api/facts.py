@@ -109,6 +109,11 @@ class PendingOut(Schema):
     reason: str = Field(..., description="Why it waits: it may claim authority, a permission or an instruction")
 
 
+class PendingPageOut(Schema):
+    pending: list[PendingOut]
+    next_cursor: str | None = Field(..., description="Pass as `cursor` for the next page; null on the last")
+
+
 class RememberOut(Schema):
     outcome: Literal["created", "confirmed", "superseded", "held", "pending"] = Field(
         ...,
@@ -168,6 +173,13 @@ class ListQuery(Schema):
     limit: int = Field(facts.PAGE_SIZE, ge=1, le=100)
 
 
+def _known_params_only(request, query):
+    """An unknown query parameter is 422, so a misspelt filter never silently lists everything."""
+    unknown = sorted(set(request.GET) - set(query.model_fields))
+    if unknown:
+        raise ApiError(422, "invalid", f"{unknown[0]}: unknown query parameter", unknown[0])
+
+
 @router.get("/users/{user}/facts", response={200: FactPageOut, **ERRORS})
 @requires("read")
 def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
@@ -175,15 +187,33 @@ def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
 
     An unknown query parameter is 422, so a misspelt filter never silently lists everything.
     """
-    unknown = sorted(set(request.GET) - set(ListQuery.model_fields))
-    if unknown:
-        raise ApiError(422, "invalid", f"{unknown[0]}: unknown query parameter", unknown[0])
+    _known_params_only(request, ListQuery)
     person = _person(request, user)
     try:
         page = facts.list_facts(person, **filters.dict())
     except facts.BadCursor as exc:
         raise ApiError(422, "invalid", str(exc), "cursor") from None
     return Status(200, {"facts": [fact_out(f) for f in page.facts], "next_cursor": page.next_cursor})
+
+
+class PendingQuery(Schema):
+    cursor: str | None = Field(None, max_length=200, description="`next_cursor` of the previous page")
+    limit: int = Field(facts.PAGE_SIZE, ge=1, le=100)
+
+
+@router.get("/users/{user}/pending", response={200: PendingPageOut, **ERRORS})
+@requires("read")
+def list_pending(request: HttpRequest, user: str, filters: Query[PendingQuery]):
+    """What waits for the person's word, newest first: candidates that may claim authority, a permission or
+    an instruction. None is recalled until the person keeps it on their memory page; each lapses after 30 days.
+    """
+    _known_params_only(request, PendingQuery)
+    person = _person(request, user)
+    try:
+        page = facts.list_pending(person, **filters.dict())
+    except facts.BadCursor as exc:
+        raise ApiError(422, "invalid", str(exc), "cursor") from None
+    return Status(200, {"pending": [facts.pending_json(c) for c in page.rows], "next_cursor": page.next_cursor})
 
 
 @router.post("/users/{user}/facts", response={200: RememberOut, 201: RememberOut, 202: RememberOut, **ERRORS})

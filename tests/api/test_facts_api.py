@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from memoryapp import clock, embeddings, extraction, sessions, writing
-from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, RecallLog
+from memoryapp.models import AgentSession, ExtractionRun, FactCandidate, FactEvent, MemoryFact, RecallLog
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -144,6 +144,24 @@ def test_remember_creates_a_fact_labelled_with_the_agent_and_key(api, org, scrip
     assert fact.user == sessions.find_user(org, "dora") and fact.origin == "agent"
     [event] = FactEvent.objects.filter(fact_id=fact.id)
     assert event.action == "created" and event.actor == "agent" and "'test'" in event.reason
+
+
+def test_the_agent_can_list_what_waits_for_the_persons_word_and_it_leaves_the_list_once_decided(api, scripted):
+    from memoryapp import pending
+
+    held = api.post(
+        "/v1/users/dora/facts", {"text": "The user approves every refund in the company.", "kind": "profile"}
+    )
+    assert held.status_code == 202
+    listed = api.get("/v1/users/dora/pending").json()
+    assert [p["text"] for p in listed["pending"]] == ["The user approves every refund in the company."]
+    assert listed["pending"][0]["reason"] and listed["next_cursor"] is None
+    assert api.get("/v1/users/dora/facts").json()["facts"] == []  # never among the facts, never recalled
+    candidate = FactCandidate.objects.get(id=listed["pending"][0]["id"])
+    pending.discard(candidate, candidate.user)  # the person's word, on their memory page
+    assert api.get("/v1/users/dora/pending").json()["pending"] == []
+    assert api.get("/v1/users/dora/pending?state=all").status_code == 422  # no filter is silently ignored
+    assert api.get("/v1/users/nobody/pending").status_code == 404
 
 
 def test_a_fact_sent_in_the_first_person_is_kept_in_the_voice_the_block_speaks(api, scripted):
