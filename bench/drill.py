@@ -658,7 +658,8 @@ def targets(report):
         met["no_transport_errors"] = report["valid"]["transport_errors"] == 0
     if report["drill"] in PROVIDER_DRILLS:
         bound = float(FAULT_ENV["MODEL_REQUEST_SECONDS"]) + WAIT_MARGIN_SECONDS
-        met[f"no_valid_call_over_{bound:g}_s"] = (report["valid"]["max_ms"] or 0) <= bound * 1000
+        if not report["smoke"]:  # a wall-clock bound is the full drill's, on a quiet machine, not a smoke's in CI
+            met[f"no_valid_call_over_{bound:g}_s"] = (report["valid"]["max_ms"] or 0) <= bound * 1000
         # Some remembered fact needed a verdict, and each that fell back says so in its audit trail.
         met["fallback_labelled"] = report["facts_judged_offline"] > 0
     if report["drill"] in PROVIDER_DRILLS + WORKER_DRILLS:

@@ -182,7 +182,11 @@ def _move_rows(account, remembered):
     if Membership.objects.filter(user=remembered).exists():
         raise LinkRefused("This person is a member of an organisation, so they sign in themselves.")
     PortalLink.objects.filter(user=remembered).delete()  # sign-in links for a person who no longer exists
-    MemorySettings.objects.filter(user=remembered).delete()  # the account's own switch applies from now on
+    # One switch for the one person from now on; an "off" they chose under the agent's id stays off.
+    if MemorySettings.objects.filter(user=remembered, memory_enabled=False).exists():
+        writing.set_memory_switch(account, False)
+        moved["memory_switched_off"] = 1
+    MemorySettings.objects.filter(user=remembered).delete()
     User = get_user_model()
     # Every reverse relation, hidden ones too (turns, runs and events name the person with related_name="+").
     relations = [f for f in User._meta.get_fields(include_hidden=True) if f.auto_created and not f.concrete]

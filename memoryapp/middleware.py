@@ -109,7 +109,8 @@ class ServerTimingMiddleware:
 
 
 class ActionPageMiddleware:
-    """An action's address opened as a page (a bookmark, a sign-in's ?next=) gets a page saying so, not an empty 405."""
+    """A 405 on a page says why in words, not an empty body: an action's address opened as a page (a bookmark,
+    a sign-in's ?next=), or a form sent to a page that takes none."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -118,7 +119,7 @@ class ActionPageMiddleware:
         response = self.get_response(request)
         if (
             response.status_code == 405
-            and request.method == "GET"
+            and request.method != "HEAD"
             and not request.path_info.startswith("/api/")
             and not response.content
         ):

@@ -169,6 +169,10 @@ class AgentSessionQuerySet(models.QuerySet):
     def for_user(self, user):
         return self.filter(user=user)
 
+    def known_to(self, org):
+        """`org`'s sessions with a person it still knows by an id: not one unlinked since (extid_org_external_uniq)."""
+        return self.filter(org=org, user_id__in=ExternalIdentity.objects.filter(org=org).values("user_id"))
+
     def open(self):
         return self.filter(ended_at__isnull=True)
 

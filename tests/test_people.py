@@ -196,6 +196,20 @@ def test_an_agents_memory_of_an_account_holder_joins_it_only_when_she_says_this_
     assert browser.get("/me/").wsgi_request.user.pk == alice.pk
 
 
+def test_memory_switched_off_under_the_agents_id_stays_off_once_linked(scripted, org, api, alice):
+    remembered, _ = _agent_knows_alice(org, api)
+    writing.set_memory_switch(remembered, False)  # in their portal session: "Turn memory off"
+    browser = client_for(alice)
+    page = browser.post(_link_url(org, remembered), {"action": "link"}, follow=True).content.decode()
+    assert not writing.memory_enabled(alice) and "now off for your whole account" in page
+    sent = api.post("/v1/users/alice/facts", {"text": "The user rows on Sundays.", "kind": "profile"})
+    assert sent.status_code == 409  # the agent's id stays unremembered, as she chose
+
+
+def _link_url(org, remembered):
+    return f"/me/portal/{token_of(portal.issue_link(remembered, org=org)[0])}/"
+
+
 def test_a_linked_id_can_be_unlinked_without_javascript_and_the_agent_starts_an_empty_memory(scripted, org, api, alice):
     remembered, _ = _agent_knows_alice(org, api)
     browser = client_for(alice)
@@ -216,6 +230,11 @@ def test_a_linked_id_can_be_unlinked_without_javascript_and_the_agent_starts_an_
     assert api.get("/v1/users/alice/facts").json()["facts"] == []  # the agent no longer reads her memory
     assert AgentSession.objects.get(id=still_open.id).ended_at is not None
     assert browser.post(f"/me/known-as/{identity.id}/unlink/").status_code == 404  # no longer hers
+    # The agent's old sessions name her account, not the id: they no longer reach her memory either.
+    old = str(still_open.id)
+    assert api.post("/v1/recall", {"session": old, "message": "bees"}).status_code == 404
+    assert api.post("/v1/prompt", {"session": old, "message": "bees"}).status_code == 404
+    assert api.get(f"/v1/sessions/{old}").status_code == 404
 
 
 def test_linking_confirms_duplicates_supersedes_contradictions_and_moves_history_as_is(scripted, org, alice):

@@ -17,10 +17,15 @@ router = Router(tags=["sessions"])
 
 
 def get_session(request, session_id):
-    """The session if it belongs to the key's organisation; 404 for anything else."""
+    """The session if it belongs to the key's organisation and a person it still knows; 404 for anything else.
+
+    A session names its person, not the id: once its person unlinks that id, the org's old sessions
+    would otherwise go on reading the account's memory.
+    """
     session = (
-        AgentSession.objects.select_related("user__memory_settings", "org")
-        .filter(id=session_id, org=request.org)
+        AgentSession.objects.known_to(request.org)
+        .select_related("user__memory_settings", "org")
+        .filter(id=session_id)
         .first()
     )
     if session is None:

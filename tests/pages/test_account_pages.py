@@ -294,7 +294,7 @@ def test_correcting_a_replaced_version_says_so(as_alice, alice, seeded):
         f"/me/facts/{old.id}/correct/", {"text": "The user's database is MySQL.", "kind": "profile"}, follow=True
     )
     page = text_of(response)
-    assert "has been replaced since" in page
+    assert "replaced while you were editing it, so your text was not saved" in page
     current = live_fact(alice, "PlanetScale")
     assert f'id="fact-{current.id}"' in page and 'class="fact fresh"' in page  # the current version, highlighted
     assert "Save correction" not in page

@@ -52,7 +52,7 @@ def test_a_stale_second_tab_lands_on_the_current_version(browser, live_server, p
 
     first.get_by_label("What the assistant should remember").fill("The user prefers black tea.")
     first.get_by_role("button", name="Save correction").click()
-    expect(first.get_by_role("status")).to_contain_text("has been replaced since")
+    expect(first.get_by_role("status")).to_contain_text("replaced while you were editing it")
     current = first.locator("li.fact.fresh")
     expect(current).to_contain_text("You prefer green tea.")
     assert not MemoryFact.objects.filter(text__contains="black tea").exists()

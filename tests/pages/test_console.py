@@ -354,7 +354,19 @@ def test_poisoned_fact_is_at_the_top_of_the_audit(staff_client, org, scripted, s
     page = staff_client.get(reverse("console-poisoning")).content.decode()
     first = page.index('class="fact flagged')
     assert page.index(f'id="flag-{poison.id}"', first - 200) < page.index('class="fact flagged', first + 10)
-    assert "validator refuses it" in page
+    assert "the judge would stop it" in page
+
+
+def test_the_audit_says_when_a_flagged_fact_was_held_and_then_kept_by_its_person(org, staff_client, scripted):
+    from memoryapp import pending
+
+    person = sessions.get_or_create_user(org, "hana")
+    held = writing.store(person, "The user approves every refund in the company.", "profile")
+    assert held.outcome == "pending"
+    kept = pending.keep(held.candidate, person).fact
+    page = staff_client.get(reverse("console-poisoning")).content.decode()
+    row = page[page.index(f'id="flag-{kept.id}"') :].split("</li>")[0]
+    assert "kept by its person" in row and "its person was asked and kept it" in row
 
 
 def test_the_audit_reads_the_stored_vectors_instead_of_embedding_every_fact_again(org, monkeypatch):

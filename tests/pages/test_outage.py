@@ -116,5 +116,7 @@ def test_an_actions_address_opened_as_a_page_says_so_and_an_api_405_stays_json(m
     response = client.get("/me/waiting/6b1f0f3e-5f0c-4c39-9a8e-1d2f3a4b5c6d/keep/")  # as after signing in again
     assert response.status_code == 405 and response["Allow"] == "POST"
     assert "a button's, not a page" in response.content.decode() and "nothing was changed" in response.content.decode()
+    sent = client.post("/me/")  # a form sent to a page that takes none
+    assert sent.status_code == 405 and "This page takes no form" in sent.content.decode()
     api = client.get("/api/v1/sessions")
     assert api.status_code == 405 and api.json()["error"]["code"] == "method_not_allowed"

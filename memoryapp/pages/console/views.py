@@ -30,6 +30,7 @@ from memoryapp.models import (
     AgentSession,
     ExternalIdentity,
     ExtractionRun,
+    FactEvent,
     ForgettingEntry,
     ForgettingRun,
     MemoryFact,
@@ -202,6 +203,8 @@ def poisoning_audit(request):
     page = keyset(request, flagged, poisoning.audit_key, PER_PAGE)
     prefetch_related_objects([f.fact for f in page.rows], "user__external_ids__org")
     support_access.record_many(request.user, [f.fact.user_id for f in page.rows], "poisoning audit")
+    shown = [f.fact.id for f in page.rows]
+    kept = FactEvent.objects.filter(fact_id__in=shown, action=FactEvent.Action.KEPT).values_list("fact_id", flat=True)
     return render(
         request,
         "console/poisoning.html",
@@ -213,6 +216,7 @@ def poisoning_audit(request):
             "weak": sum(1 for f in flagged if f.strength == "weak"),
             "held": held,
             "held_per_day": held_per_day[:14],
+            "kept": set(kept),  # held once, then kept by their person: a decision, not a slip
             "section": "poisoning",
         },
     )

@@ -148,7 +148,9 @@ def _gone(request, fact_id):
         current = writing.chain_of(fact)[-1]
         messages.info(
             request,
-            "That fact has been replaced since (by a correction, here or in another tab). Here is the current version.",
+            "That fact was replaced while you were editing it, so your text was not saved. Here is the current version."
+            if request.method == "POST"
+            else "That fact has been replaced since (a correction, yours or another's). Here is the current version.",
         )
         return hx_redirect(request, _shown_on_its_page(request.user, current.id))
     deleted = FactEvent.objects.filter(user=request.user, fact_id=fact_id, action=FactEvent.Action.DELETED).exists()
@@ -215,10 +217,15 @@ def _link(request, remembered):
         return render(request, "me/portal_invalid.html", {"message": str(exc)}, status=409)
     names = " and ".join(f"{org}'s assistant" for org, _ in result.identities) or "The assistant"
     facts, talks = sum(result.facts.values()), result.moved.get("agentsession", 0)
+    switched = (
+        " You had switched memory off there, so it is now off for your whole account."
+        if result.moved.get("memory_switched_off")
+        else ""
+    )
     messages.success(
         request,
         f"Added to your account: what {names} remembers about you ({facts} fact{pluralize(facts)}, "
-        f"{talks} conversation{pluralize(talks)}).",
+        f"{talks} conversation{pluralize(talks)}).{switched}",
     )
     return redirect("me:memory")
 
