@@ -8,7 +8,7 @@ extraction and the person's own pages use.
 from dataclasses import dataclass, field
 
 from memoryapp import backends, paging, search, sessions, writing
-from memoryapp.backends.phrasing import stored_voice
+from memoryapp.backends.phrasing import from_the_first_person
 from memoryapp.models import AgentSession, FactCandidate, FactEvent, MemoryFact, RecallLog
 
 STATES = ("live", "superseded", "expired", "all")
@@ -199,7 +199,7 @@ def remember(org, external_id, text, kind, *, api_key, via="api", session_id=Non
     """
     origin, _ = VIA[via]
     note = key_note(api_key, via)
-    text = stored_voice(text) if isinstance(text, str) else text  # "I like tea." is kept as "The user likes tea."
+    text = from_the_first_person(text) if isinstance(text, str) else text  # "I like tea." -> "The user likes tea."
     try:
         checked = writing.check(text, kind)
     except writing.FactRejected as exc:
@@ -250,7 +250,7 @@ def correct(fact, text, kind, *, api_key, via="api"):
     _not_the_persons(fact)
     if fact.superseded_at is not None:
         raise NotCurrent()
-    text = stored_voice(text) if isinstance(text, str) else text  # in the voice the block speaks, as on /me/
+    text = from_the_first_person(text) if isinstance(text, str) else text  # in the voice the block speaks
     if writing.is_unchanged(fact, text, kind):
         return fact
     origin, _ = VIA[via]

@@ -329,6 +329,17 @@ def stored_voice(text):
     return third_person(first) or text
 
 
+def from_the_first_person(text):
+    """An agent's fact in the first person ("I like tea.") in the block's voice; any other text as sent.
+
+    Unlike `stored_voice` (a person's own correction), "you" is left alone: from an agent it is most
+    likely the assistant ("I hate it when you use emojis.")."""
+    text = validation.normalise(text)
+    if validation.shape_problem(text, "profile") or not re.match(r"(?:i|my|we|our)\b", text, re.IGNORECASE):
+        return text
+    return rewrite(text) or text
+
+
 def substitute(text, table):
     """`text` with each (pattern, replacement) of `table` applied in order."""
     for pattern, replacement in table:

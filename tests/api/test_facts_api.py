@@ -169,6 +169,9 @@ def test_a_fact_sent_in_the_first_person_is_kept_in_the_voice_the_block_speaks(a
     assert sent["fact"]["text"] == "The user likes tea with lemon."  # the block never says "I" for the person
     fixed = api.patch(f"/v1/facts/{sent['fact']['id']}", {"text": "I like tea with honey.", "kind": "preference"})
     assert fixed.status_code == 200 and fixed.json()["fact"]["text"] == "The user likes tea with honey."
+    # From an agent, "you" is the assistant: it is left as sent, never turned into "them".
+    said = api.post("/v1/users/dora/facts", {"text": "I hate it when you use emojis.", "kind": "preference"}).json()
+    assert said["fact"]["text"] == "The user hates it when you use emojis."
 
 
 @pytest.mark.parametrize(
