@@ -80,8 +80,8 @@ def _usable_link(token):
 
 
 def check(token):
-    """Raise the PortalError a link would give, without using it (a GET only looks)."""
-    _usable_link(token)
+    """The person a link is for, or the PortalError it would give, without using it (a GET only looks)."""
+    return _usable_link(token).user
 
 
 def redeem(token):

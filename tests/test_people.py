@@ -174,6 +174,12 @@ def _link_in_browser(browser, org, remembered):
     url, _ = portal.issue_link(remembered, org=org)
     offer = browser.get(f"/me/portal/{token_of(url)}/").content.decode()
     assert "This is me: add this memory to my account" in offer
+    # What it would add is said before it is pressed: whose id, how many facts, and that it stays.
+    live = MemoryFact.objects.for_user(remembered).live().count()
+    assert (
+        f"Acme's assistant made this link for the person it knows as <code>alice</code>, who has {live} fact" in offer
+    )
+    assert "what was added stays in your account" in offer
     return browser.post(f"/me/portal/{token_of(url)}/", {"action": "link"})
 
 

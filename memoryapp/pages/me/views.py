@@ -194,9 +194,12 @@ def portal_link(request, token):
     """
     try:
         if request.method == "GET":
-            portal.check(token)
+            remembered = portal.check(token)
             idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
             context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request)}
+            if context["may_link"]:  # what "This is me" would add, said before it is pressed
+                live = MemoryFact.objects.for_user(remembered).live().count()
+                context.update(known_as=people.identities(remembered), live_facts=live)
             return render(request, "me/portal_continue.html", context)
         linking_it = request.POST.get("action") == "link" and _may_link(request)
         user = portal.redeem(token)
