@@ -22,8 +22,8 @@ from django.urls import reverse
 from bench import common as benchmarks
 from bench import loadtest
 from bench.write import CITIES, EDITORS, JOBS, LANGUAGES, STYLES, database_url
-from memoryapp import embeddings, sessions
-from memoryapp.models import AgentSession, Membership, MemoryFact, Organization, Turn
+from memoryapp import clock, embeddings, sessions
+from memoryapp.models import AgentSession, ExternalIdentity, Membership, MemoryFact, Organization, Turn
 
 WRK_HINT = "wrk is not installed (Debian: apt-get install -y wrk); using the Python load generator instead"
 PASSWORD = "bench-pages-password-1"
@@ -164,6 +164,10 @@ def seed(n_facts, progress=None):
         for i in range(2, 41)
     )
     _, key = sessions.create_api_key(org, "bench")
+    # The agent reaches the person through an id they linked to their account, as in production.
+    ExternalIdentity.objects.get_or_create(
+        org=org, external_id="bench-person", defaults={"user": user, "linked_at": clock.now()}
+    )
     api_session = sessions.open_session(org, user)
     # Agents recall in sessions of their own: the same request spread over 50 (one session's row
     # queues the clients that refresh it together).

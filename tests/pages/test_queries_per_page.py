@@ -14,7 +14,15 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryapp import clock, embeddings, sessions, writing
-from memoryapp.models import AgentSession, ExtractionRun, FactEvent, MemoryFact, OrgFactProposal, Turn
+from memoryapp.models import (
+    AgentSession,
+    ExternalIdentity,
+    ExtractionRun,
+    FactEvent,
+    MemoryFact,
+    OrgFactProposal,
+    Turn,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -126,6 +134,8 @@ def measure(org, make_user):
         as_user.force_login(user)
         as_staff.force_login(staff)
         as_admin.force_login(admin)
+        # The agent reaches the person through an id they linked to their account, as in production.
+        ExternalIdentity.objects.create(org=org, user=user, external_id=f"ext-{n}", linked_at=clock.now())
         agent_session = sessions.open_session(org, user)
         body = json.dumps({"session": str(agent_session.id), "message": "what did I note?", "refresh": True})
         return {
