@@ -173,6 +173,14 @@ class ListQuery(Schema):
     limit: int = Field(facts.PAGE_SIZE, ge=1, le=100)
 
 
+def _one_page(list_page, person, filters):
+    """`list_page(person, **filters)`; a cursor this API never handed out is 422."""
+    try:
+        return list_page(person, **filters.dict())
+    except facts.BadCursor as exc:
+        raise ApiError(422, "invalid", str(exc), "cursor") from None
+
+
 def _known_params_only(request, query):
     """An unknown query parameter is 422, so a misspelt filter never silently lists everything."""
     unknown = sorted(set(request.GET) - set(query.model_fields))
@@ -188,11 +196,7 @@ def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
     An unknown query parameter is 422, so a misspelt filter never silently lists everything.
     """
     _known_params_only(request, ListQuery)
-    person = _person(request, user)
-    try:
-        page = facts.list_facts(person, **filters.dict())
-    except facts.BadCursor as exc:
-        raise ApiError(422, "invalid", str(exc), "cursor") from None
+    page = _one_page(facts.list_facts, _person(request, user), filters)
     return Status(200, {"facts": [fact_out(f) for f in page.facts], "next_cursor": page.next_cursor})
 
 
@@ -208,11 +212,7 @@ def list_pending(request: HttpRequest, user: str, filters: Query[PendingQuery]):
     an instruction. None is recalled until the person keeps it on their memory page; each lapses after 30 days.
     """
     _known_params_only(request, PendingQuery)
-    person = _person(request, user)
-    try:
-        page = facts.list_pending(person, **filters.dict())
-    except facts.BadCursor as exc:
-        raise ApiError(422, "invalid", str(exc), "cursor") from None
+    page = _one_page(facts.list_pending, _person(request, user), filters)
     return Status(200, {"pending": [facts.pending_json(c) for c in page.rows], "next_cursor": page.next_cursor})
 
 
