@@ -199,7 +199,7 @@ def remember(org, external_id, text, kind, *, api_key, via="api", session_id=Non
     """
     origin, _ = VIA[via]
     note = key_note(api_key, via)
-    text = from_the_first_person(text) if isinstance(text, str) else text  # "I like tea." -> "The user likes tea."
+    text = from_the_first_person(text)  # "I like tea." -> "The user likes tea."
     try:
         checked = writing.check(text, kind)
     except writing.FactRejected as exc:
@@ -250,7 +250,7 @@ def correct(fact, text, kind, *, api_key, via="api"):
     _not_the_persons(fact)
     if fact.superseded_at is not None:
         raise NotCurrent()
-    text = from_the_first_person(text) if isinstance(text, str) else text  # in the voice the block speaks
+    text = from_the_first_person(text)  # in the voice the block speaks
     if writing.is_unchanged(fact, text, kind):
         return fact
     origin, _ = VIA[via]

@@ -97,9 +97,9 @@ def get_or_create_user(org, external_id):
 
 def new_remembered_person():
     """A person an agent remembers, with an empty memory: no password, so never a sign-in."""
-    user = get_user_model().objects.create(username=f"u-{secrets.token_hex(8)}")
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
+    user = get_user_model()(username=f"u-{secrets.token_hex(8)}")
+    user.set_unusable_password()  # before the one INSERT, not an UPDATE after it
+    user.save()
     MemorySettings.objects.create(user=user)
     return user
 

@@ -333,7 +333,9 @@ def from_the_first_person(text):
     """An agent's fact in the first person ("I like tea.") in the block's voice; any other text as sent.
 
     Unlike `stored_voice` (a person's own correction), "you" is left alone: from an agent it is most
-    likely the assistant ("I hate it when you use emojis.")."""
+    likely the assistant ("I hate it when you use emojis."). A non-string is left for the write path to refuse."""
+    if not isinstance(text, str):
+        return text
     text = validation.normalise(text)
     if validation.shape_problem(text, "profile") or not re.match(r"(?:i|my|we|our)\b", text, re.IGNORECASE):
         return text
