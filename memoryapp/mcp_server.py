@@ -15,8 +15,10 @@ from typing import Annotated, Literal
 from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
 from pydantic import Field
 
 from memoryapp import backends, facts, provenance, ratelimit, recall, sessions, writing
@@ -48,6 +50,7 @@ class Refused(ToolError):
 
     def __init__(self, code, message):
         super().__init__(f"{code}: {message}")
+        self.code = code
 
 
 def _bearer(headers):
@@ -297,7 +300,11 @@ def _add_resources(server, caller):
             api_key = caller.key(ctx, "read")
             return recall.preview(caller.person(api_key, user), api_key.org, "").block
         except Refused as exc:
-            raise ResourceError(str(exc)) from None
+            # JSON-RPC's invalid params for a person or key this server cannot reach, as the SDK answers an
+            # unknown resource; any other refusal is the client's request (never "internal error").
+            if exc.code == "not_found":
+                raise ResourceNotFoundError(str(exc)) from None
+            raise MCPError(INVALID_REQUEST, str(exc)) from None
 
 
 def _is_uuid(value):

@@ -15,6 +15,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from bench.common import stop_processes
 from memoryapp import embeddings, sessions, writing
@@ -186,6 +188,9 @@ def test_every_api_rule_holds_over_mcp(mcp_url, world):
         people = await session.call_tool("list_facts", {"user": "alice"})
         fact = await session.call_tool("explain_fact", {"fact_id": fact_id})
         block = await session.call_tool("recall_memory", {"user": "alice"})
+        with pytest.raises(MCPError) as unknown:  # not the SDK's -32603 "internal error"
+            await session.read_resource("memory://alice/block")
+        assert unknown.value.code == INVALID_PARAMS and unknown.value.message.startswith("not_found")
         return _error(people), _error(fact), _error(block)
 
     poison, off, long, wrong_kind = _over_http(mcp_url, world["key"], as_owner)
