@@ -4,6 +4,7 @@ import hashlib
 import re
 import secrets
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -35,6 +36,15 @@ class SessionEnded(Exception):
 
 class TooManyTurns(Exception):
     pass
+
+
+class KeyReused(Exception):
+    """An Idempotency-Key sent again with other turns than the batch it was first sent with."""
+
+
+class Appended(NamedTuple):
+    accepted: int
+    replayed: bool = False  # the same batch under the same key again: nothing stored twice
 
 
 # --- API keys ---------------------------------------------------------------
@@ -123,12 +133,18 @@ def open_session(org, user, memory="on"):
     return AgentSession.objects.create(user=user, org=org, memory=memory)
 
 
-def add_turns(session, turns):
-    """Append turns (list of (role, content)) as one batch: all stored or none."""
+def add_turns(session, turns, key=""):
+    """Append turns (list of (role, content)) as one batch: all stored or none. A batch sent again with the
+    `key` (an Idempotency-Key) of the last one is answered as before and stored once."""
     limit = settings.MEMORY["MAX_TURNS_PER_SESSION"]
+    mark = f"{_digest(turns)}:{key}" if key else ""
     with transaction.atomic():
-        # The row lock orders concurrent appends to one session and checks "ended" race-free.
+        # The row lock orders concurrent appends to one session and checks "ended" and the key race-free.
         locked = AgentSession.objects.select_for_update().get(id=session.id)
+        if mark and locked.last_batch.partition(":")[2] == key:
+            if locked.last_batch != mark:
+                raise KeyReused()
+            return Appended(len(turns), replayed=True)
         if locked.ended_at is not None:
             raise SessionEnded()
         if locked.turn_count + len(turns) > limit:
@@ -140,9 +156,17 @@ def add_turns(session, turns):
             for i, (role, content) in enumerate(turns)
         )
         AgentSession.objects.filter(id=locked.id).update(
-            last_activity_at=now, turn_count=locked.turn_count + len(turns)
+            last_activity_at=now, turn_count=locked.turn_count + len(turns), **({"last_batch": mark} if mark else {})
         )
-    return len(turns)
+    return Appended(len(turns))
+
+
+def _digest(turns):
+    """A short digest of a batch's roles and texts, told apart from any other batch."""
+    h = hashlib.sha256()
+    for role, content in turns:
+        h.update(f"{role}\x00{len(content)}\x00{content}".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
 
 
 def enqueue_extraction(session_id, user_id):

@@ -174,9 +174,10 @@ class Api:
     def _headers(self):
         return {"Authorization": f"Bearer {self.key}"} if self.key else {}
 
-    def post(self, path, data=None, raw=None):
+    def post(self, path, data=None, raw=None, headers=None):
         body = raw if raw is not None else json.dumps(data if data is not None else {})
-        return self.client.post(f"/api{path}", body, content_type="application/json", headers=self._headers())
+        headers = {**self._headers(), **(headers or {})}
+        return self.client.post(f"/api{path}", body, content_type="application/json", headers=headers)
 
     def get(self, path):
         return self.client.get(f"/api{path}", headers=self._headers())

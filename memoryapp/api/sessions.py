@@ -5,7 +5,7 @@ import uuid
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Router, Status
+from ninja import Header, Router, Status
 
 from memoryapp import sessions
 from memoryapp.api.auth import requires
@@ -66,8 +66,20 @@ def create_session(request: HttpRequest, payload: SessionIn):
 
 @router.post("/{session_id}/turns", response={202: AcceptedOut, **ERRORS})
 @requires("write")
-def add_turns(request: HttpRequest, session_id: uuid.UUID, payload: TurnsIn):
-    """Append turns; the batch is stored whole or not at all."""
+def add_turns(
+    request: HttpRequest,
+    session_id: uuid.UUID,
+    payload: TurnsIn,
+    idempotency_key: str = Header(
+        "",
+        alias="Idempotency-Key",
+        max_length=255,
+        pattern=r"^[\x21-\x7e]*$",
+        description="Any id of this batch (a UUID, say). A retry of the last batch with the same key and turns "
+        "stores nothing twice and answers `replayed: true`; the same key with other turns is a 422.",
+    ),
+):
+    """Append turns; the batch is stored whole or not at all. Send an Idempotency-Key to retry it safely."""
     session = get_session(request, session_id)
     limit = settings.MEMORY["MAX_TURNS_PER_CALL"]
     if not payload.turns:
@@ -77,12 +89,16 @@ def add_turns(request: HttpRequest, session_id: uuid.UUID, payload: TurnsIn):
     # Every turn is checked before any is stored, so a bad batch leaves nothing behind.
     turns = [(t.role, _clean_content(t.content, i)) for i, t in enumerate(payload.turns)]
     try:
-        accepted = sessions.add_turns(session, turns)
+        appended = sessions.add_turns(session, turns, key=idempotency_key)
+    except sessions.KeyReused:
+        raise ApiError(
+            422, "idempotency_key_reused", "Idempotency-Key: already used for other turns; send a new key."
+        ) from None
     except sessions.SessionEnded:
         raise ApiError(409, "session_ended", "This session has ended; open a new one.") from None
     except sessions.TooManyTurns as exc:
         raise ApiError(413, "too_many_turns", f"turns: a session holds at most {exc.args[0]} turns", "turns") from None
-    return Status(202, {"accepted": accepted})
+    return Status(202, appended._asdict())
 
 
 @router.post("/{session_id}/end", response={202: QueuedOut, **ERRORS})

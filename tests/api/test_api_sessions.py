@@ -102,7 +102,7 @@ def test_turns_are_stored_in_order_and_bump_activity(api):
     sid = _open(api)
     before = AgentSession.objects.get(id=sid).last_activity_at
     response = api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "one"), ("assistant", "two"), ("tool", "three")))
-    assert response.status_code == 202 and response.json() == {"accepted": 3}
+    assert response.status_code == 202 and response.json() == {"accepted": 3, "replayed": False}
     api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "four")))
     assert list(Turn.objects.filter(session_id=sid).values_list("ordinal", "role", "content")) == [
         (1, "user", "one"),
@@ -112,6 +112,45 @@ def test_turns_are_stored_in_order_and_bump_activity(api):
     ]
     session = AgentSession.objects.get(id=sid)
     assert session.turn_count == 4 and session.last_activity_at >= before
+
+
+def test_a_batch_retried_with_its_idempotency_key_is_stored_once(api):
+    sid = _open(api)
+    batch = _turns(("user", "I moved to Lisbon."), ("assistant", "Noted."))
+    first = api.post(f"/v1/sessions/{sid}/turns", batch, headers={"Idempotency-Key": "batch-1"})
+    # The agent never saw that answer (a timeout) and sends the same call again.
+    again = api.post(f"/v1/sessions/{sid}/turns", batch, headers={"Idempotency-Key": "batch-1"})
+    assert first.json() == {"accepted": 2, "replayed": False} and again.status_code == 202
+    assert again.json() == {"accepted": 2, "replayed": True}
+    # The same key with other turns is refused, whole; a new key appends; no key always appends.
+    other = api.post(
+        f"/v1/sessions/{sid}/turns", _turns(("user", "And a cat.")), headers={"Idempotency-Key": "batch-1"}
+    )
+    assert _error(other, 422)["code"] == "idempotency_key_reused"
+    api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "I have a cat.")), headers={"Idempotency-Key": "batch-2"})
+    api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "Hi.")))
+    api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "Hi.")))
+    contents = list(Turn.objects.filter(session_id=sid).order_by("ordinal").values_list("content", flat=True))
+    assert contents == ["I moved to Lisbon.", "Noted.", "I have a cat.", "Hi.", "Hi."]
+    assert AgentSession.objects.get(id=sid).turn_count == 5
+
+
+def test_a_retry_after_the_session_ended_is_answered_not_refused(api):
+    sid = _open(api)
+    batch = _turns(("user", "I am vegetarian."))
+    api.post(f"/v1/sessions/{sid}/turns", batch, headers={"Idempotency-Key": "k"})
+    api.post(f"/v1/sessions/{sid}/end")
+    assert api.post(f"/v1/sessions/{sid}/turns", batch, headers={"Idempotency-Key": "k"}).json()["replayed"] is True
+    assert _error(api.post(f"/v1/sessions/{sid}/turns", batch, headers={"Idempotency-Key": "k2"}), 409)
+    assert Turn.objects.filter(session_id=sid).count() == 1
+
+
+@pytest.mark.parametrize("key", ["x" * 256, "has space", "naïve"])
+def test_a_malformed_idempotency_key_is_422(api, key):
+    sid = _open(api)
+    response = api.post(f"/v1/sessions/{sid}/turns", _turns(("user", "hi")), headers={"Idempotency-Key": key})
+    assert response.status_code == 422, response.content
+    assert not Turn.objects.filter(session_id=sid).exists()
 
 
 def test_malformed_json_is_400(api):

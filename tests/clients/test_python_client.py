@@ -8,7 +8,7 @@ from memoryapp_client import AsyncMemoryClient, MemoryappError, MemoryClient, mo
 
 from memoryapp import ratelimit, sessions
 from memoryapp.api import api as ninja_api
-from memoryapp.models import MemoryFact, RateCounter
+from memoryapp.models import MemoryFact, RateCounter, Turn
 from tests.conftest import in_fresh_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -151,6 +151,52 @@ def test_a_retry_after_beyond_the_bound_is_raised_not_waited(live_server, org, k
     assert time.monotonic() - started < 3
     assert limited.value.status == 429 and limited.value.code == "rate_limited"
     assert 40 <= limited.value.retry_after <= 46
+
+
+def _losing_the_first_answer_to(transport_class):
+    """A real transport that hands the first batch of turns to the server, then loses its answer (a timeout)."""
+
+    class Losing(transport_class):
+        keys = []
+
+        def _lose(self, request, response):
+            if request.url.path.endswith("/turns"):
+                self.keys.append(request.headers.get("Idempotency-Key"))
+                if len(self.keys) == 1:
+                    raise httpx.ReadTimeout("the answer was lost on the way", request=request)
+            return response
+
+        def handle_request(self, request):
+            response = super().handle_request(request)
+            response.read()
+            return self._lose(request, response)
+
+        async def handle_async_request(self, request):
+            response = await super().handle_async_request(request)
+            await response.aread()
+            return self._lose(request, response)
+
+    return Losing()
+
+
+def test_turns_whose_answer_was_lost_are_sent_again_and_stored_once(live_server, org, key):
+    sync = _losing_the_first_answer_to(httpx.HTTPTransport)
+    with MemoryClient(live_server.url, key, transport=sync) as memory:
+        session = memory.open_session("erin")
+        assert memory.add_turns(session.id, [("user", "I moved to Lisbon.")]) == 1
+    assert len(sync.keys) == 2 and sync.keys[0] == sync.keys[1] and len(sync.keys[0]) == 32
+
+    asynchronous = _losing_the_first_answer_to(httpx.AsyncHTTPTransport)
+
+    async def again():
+        async with AsyncMemoryClient(live_server.url, key, transport=asynchronous) as memory:
+            await memory.add_turns(session.id, [("user", "And I adopted a cat.")])
+            return await memory.session(session.id)
+
+    assert in_fresh_loop(again).turns == 2  # not 4: each batch stored once
+    assert asynchronous.keys[0] == asynchronous.keys[1] != sync.keys[0]
+    texts = list(Turn.objects.filter(session_id=session.id).order_by("ordinal").values_list("content", flat=True))
+    assert texts == ["I moved to Lisbon.", "And I adopted a cat."]
 
 
 def test_a_503_is_retried_a_bounded_number_of_times():

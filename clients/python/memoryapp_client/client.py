@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +22,9 @@ class _Call:
     model: Any = None  # a pydantic model for the answer, or None for plain JSON
     json: Any = None
     params: dict = field(default_factory=dict)
+    headers: dict = field(default_factory=dict)
+    # Safe to send again when the answer was lost (no connection, a timeout): the server stores it once.
+    retry_when_unreachable: bool = False
 
     def parse(self, response):
         data = response.json()
@@ -48,7 +52,12 @@ class _Calls:
         return _Call("POST", "/sessions", models.Session, {"user": user, "memory": memory})
 
     def _add_turns(self, session, turns):
-        return _Call("POST", f"/sessions/{session}/turns", models.Accepted, {"turns": _turns(turns)})
+        # One Idempotency-Key per batch: a retry after a lost answer is stored once, not twice.
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        body = {"turns": _turns(turns)}
+        return _Call(
+            "POST", f"/sessions/{session}/turns", models.Accepted, body, headers=headers, retry_when_unreachable=True
+        )
 
     def _end_session(self, session):
         return _Call("POST", f"/sessions/{session}/end", models.Queued)
@@ -114,6 +123,8 @@ class _Base(_Calls):
 
         429 and 503 answers are retried up to `max_retries` times after the server's Retry-After,
         but never when it asks for more than `max_retry_wait` seconds: then the error is raised.
+        `add_turns` is also sent again when its answer is lost (no connection, a timeout), under one
+        Idempotency-Key, so the server stores the batch once.
         """
         self.base_url = base_url.rstrip("/") + "/api/v1"
         self.max_retries = max_retries
@@ -133,9 +144,15 @@ class _Base(_Calls):
         wait = error.retry_after if error.retry_after is not None else min(8.0, 0.5 * 2**attempt)
         return wait if wait <= self.max_retry_wait else None
 
+    def _wait_before_resending(self, call, exc, attempt):
+        """Seconds to wait before sending a call again whose answer never came, or raise it as unreachable."""
+        if not call.retry_when_unreachable or attempt >= self.max_retries:
+            raise MemoryappError(0, "unreachable", f"{call.method} {call.path}: {exc}") from exc
+        return min(8.0, 0.5 * 2**attempt)
+
     @staticmethod
-    def _unreachable(call, exc):
-        return MemoryappError(0, "unreachable", f"{call.method} {call.path}: {exc}")
+    def _send_options(call):
+        return {"json": call.json, "params": call.params or None, "headers": call.headers or None}
 
 
 class MemoryClient(_Base):
@@ -158,9 +175,11 @@ class MemoryClient(_Base):
         attempt = 0
         while True:
             try:
-                response = self._http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = self._http.request(call.method, call.path, **self._send_options(call))
             except httpx.TransportError as exc:
-                raise self._unreachable(call, exc) from exc
+                time.sleep(self._wait_before_resending(call, exc, attempt))
+                attempt += 1
+                continue
             if response.is_success:
                 return call.parse(response)
             wait = self._wait_before_retry(response, attempt)
@@ -261,9 +280,11 @@ class AsyncMemoryClient(_Base):
         attempt = 0
         while True:
             try:
-                response = await self._http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = await self._http.request(call.method, call.path, **self._send_options(call))
             except httpx.TransportError as exc:
-                raise self._unreachable(call, exc) from exc
+                await asyncio.sleep(self._wait_before_resending(call, exc, attempt))
+                attempt += 1
+                continue
             if response.is_success:
                 return call.parse(response)
             wait = self._wait_before_retry(response, attempt)

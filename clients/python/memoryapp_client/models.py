@@ -133,6 +133,7 @@ class SessionStatus(Model):
 class Accepted(Model):
     api_schema = "AcceptedOut"
     accepted: int
+    replayed: bool = False
 
 
 class Queued(Model):
