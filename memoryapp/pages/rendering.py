@@ -10,7 +10,10 @@ from memoryapp import paging
 
 def page_or_partial(request, template, partial=None, context=None, status=200):
     """Render `template`, or just its `partial` (django-template-partials) when htmx asked for it."""
-    name = f"{template}#{partial}" if partial and request.htmx else template
+    # Back or Forward to a page htmx no longer holds asks the server with HX-Request set: that swaps the
+    # answer in for the whole page, so it gets the whole page, not the list it asked for the first time.
+    wants_partial = request.htmx and not request.htmx.history_restore_request
+    name = f"{template}#{partial}" if partial and wants_partial else template
     response = render(request, name, context or {}, status=status)
     # One URL, two answers (page or partial): a cache must key on the header that chooses between them.
     patch_vary_headers(response, ["HX-Request"])

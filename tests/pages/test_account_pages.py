@@ -160,6 +160,14 @@ def test_search_htmx_returns_only_the_results(as_alice, seeded):
     assert 'id="kind-tabs"' in body and 'hx-swap-oob="true"' in body and "kind=preference&q=python" in body
 
 
+def test_back_to_a_search_htmx_no_longer_holds_gets_the_whole_page(as_alice, seeded):
+    # htmx asks for a page it pushed but no longer keeps (Back after its history cache dropped it) with
+    # both headers, and swaps the answer in for the whole page: a bare results list would be all that showed.
+    restore = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    body = text_of(as_alice.get("/me/", {"q": "python"}, headers=restore))
+    assert "<html" in body and 'id="results"' in body and "examples written in Python" in body
+
+
 def test_odd_search_input_is_not_an_error(as_alice, seeded):
     assert as_alice.get("/me/", {"q": "a\x00b", "kind": "nonsense"}).status_code == 200
 
