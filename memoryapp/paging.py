@@ -74,12 +74,17 @@ def keyset_page(queryset, order, cursor=None, limit=50):
     return _cut(rows, limit, lambda row: cursor_after(row, order))
 
 
-def cursor_at(queryset, order, row):
-    """The cursor of the page that starts at `row` (None when it is on the first page), to link straight to it."""
+def cursor_at(queryset, order, row, limit):
+    """The cursor of the page of `limit` rows, counted from the first, that holds `row` (None for the first
+    page): the same page a reader paging from the start reaches, with what comes before it on it."""
     position = [_field_value(row, f.lstrip("-")) for f in order]
-    reverse = [f[1:] if f.startswith("-") else f"-{f}" for f in order]
-    previous = queryset.filter(_after(order, position, before=True)).order_by(*reverse).first()
-    return cursor_after(previous, order) if previous is not None else None
+    before = queryset.filter(_after(order, position, before=True)).count()
+    start = before - before % limit
+    if start == 0:
+        return None
+    # One OFFSET, only here: a redirect after an action, to the page a reader paging from the start sees.
+    last_of_previous = queryset.order_by(*order)[start - 1]
+    return cursor_after(last_of_previous, order)
 
 
 def _cut(rows, limit, cursor_of):

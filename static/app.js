@@ -34,6 +34,12 @@
     }
   }
   document.addEventListener("DOMContentLoaded", function () { init(document); });
+  // Back or Forward to a search: htmx puts back the list it kept, but the box kept the words it had
+  // when the page first loaded. The address holds the search that list is for.
+  document.addEventListener("htmx:historyRestore", function () {
+    var box = document.getElementById("q");
+    if (box) box.value = new URLSearchParams(location.search).get("q") || "";
+  });
   document.addEventListener("htmx:afterSwap", function (event) { init(event.target); });
 
   // Focus after a row is swapped (Correct, Delete, Cancel, Save): htmx replaces the element that had

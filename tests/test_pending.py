@@ -236,6 +236,19 @@ def test_a_held_correction_on_my_page_waits_and_the_old_fact_stands(org, held, m
     assert live_texts(alice) == {CLAIM}, "kept, the correction replaces the fact it was made on"
 
 
+def test_a_held_correction_with_javascript_goes_to_waiting_for_you_with_the_message(org, held, make_user):
+    alice = make_user("alice")
+    fact = writing.store(alice, NURSE, "profile").fact
+    page = Client()
+    page.force_login(alice)
+    # htmx would follow a plain redirect and swap the whole page into the fact's row, with no message.
+    r = page.post(f"/me/facts/{fact.id}/correct/", {"text": CLAIM, "kind": "profile"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and r["HX-Redirect"].endswith("/me/#waiting")
+    shown = page.get(r["HX-Redirect"]).content.decode()
+    assert "so it waits" in shown and "Waiting for you" in shown
+    assert live_texts(alice) == {NURSE}
+
+
 def test_an_org_admins_held_fact_goes_to_the_proposals_queue_and_approval_stores_it(org, held, make_user):
     admin = make_user("boss", org=org, role="admin")
     result = orgs.add_fact(org, admin, CLAIM, "profile")

@@ -2,6 +2,7 @@
 
 import html
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -160,6 +161,14 @@ def test_search_htmx_returns_only_the_results(as_alice, seeded):
     assert 'id="kind-tabs"' in body and 'hx-swap-oob="true"' in body and "kind=preference&q=python" in body
 
 
+def test_a_search_counts_its_matches_not_the_whole_kind(as_alice, alice, seeded):
+    body = text_of(as_alice.get("/me/", {"q": "python"}))
+    preferences = MemoryFact.objects.for_user(alice).live().filter(kind="preference").count()
+    matching = re.search(r'id="n-preference">(\d+)<', body)
+    assert preferences > 1 and matching.group(1) == "1"
+    assert "1 fact matches “python”." in body
+
+
 def test_back_to_a_search_htmx_no_longer_holds_gets_the_whole_page(as_alice, seeded):
     # htmx asks for a page it pushed but no longer keeps (Back after its history cache dropped it) with
     # both headers, and swaps the answer in for the whole page: a bare results list would be all that showed.
@@ -213,6 +222,18 @@ def test_after_a_correction_without_javascript_the_list_opens_at_the_page_that_s
     page = text_of(client.get(response["Location"]))
     assert "You want to run a marathon." in page and f'id="fact-{new.id}"' in page and "Corrected" in page
     assert "First page" in page  # and the way back to the start
+    # It is the page a reader paging from the first reaches, not one that starts at the fact: what comes
+    # before it on that page is shown too.
+    landing = re.search(r"after=([\w-]+)", response["Location"]).group(1)
+    handed_out, cursor = [], ""
+    while True:
+        listed = client.get("/me/", {"after": cursor} if cursor else {}).content.decode()
+        found = re.search(r'href="\?after=([\w-]+)"', listed)
+        if found is None:
+            break
+        cursor = found.group(1)
+        handed_out.append(cursor)
+    assert landing in handed_out
     assert (
         "after="
         not in client.post(

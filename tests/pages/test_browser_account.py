@@ -71,6 +71,11 @@ def run_flow(page, api, org, scripted, travel, js, prefix):
         expect(page.locator("#results li.fact")).to_have_count(1)
         assert "learn Rust" in page.locator("#results").inner_text()
         screenshot(page, f"{prefix}-memory-search")
+        page.fill("#q", "planetscale")
+        expect(page.locator("#results")).to_contain_text("PlanetScale")
+        page.go_back()  # the list for "rust" comes back, and so do the words in the box
+        expect(page.locator("#results")).to_contain_text("learn Rust")
+        expect(page.locator("#q")).to_have_value("rust")
         page.goto("/me/")
         page.keyboard.press("Tab")
         expect(page.locator(":focus")).to_have_text("Skip to content")

@@ -298,7 +298,7 @@ def _shown_on_its_page(user, fact_id):
     """My memory at the page where this fact is, highlighted, so a change is seen where it landed."""
     facts = _in_memory_order(user)
     row = facts.filter(id=fact_id).first()
-    cursor = paging.cursor_at(facts, MEMORY_ORDER, row) if row is not None else None
+    cursor = paging.cursor_at(facts, MEMORY_ORDER, row, FACTS_PER_PAGE) if row is not None else None
     start = f"after={cursor}&" if cursor else ""
     return reverse("me:memory") + f"?{start}highlight={fact_id}#fact-{fact_id}"
 
@@ -316,8 +316,10 @@ def memory(request):
     after = request.GET.get("after", "")
     page = keyset(request, shown.with_last_recalled(), MEMORY_ORDER, FACTS_PER_PAGE)
     first = not after
+    matches = dict(shown.order_by().values_list("kind").annotate(n=Count("id"))) if query else None
     context = {
-        "groups": _groups(page.rows, counts),
+        "groups": _groups(page.rows, matches if query else counts),
+        "matches": sum(matches.values()) if query else None,
         "page": page,
         "query": query,
         "kind": kind,
@@ -508,7 +510,7 @@ def fact_edit(request, fact_id):
         else:
             if result.outcome == "pending":
                 messages.info(request, HELD_CORRECTION)
-                return redirect(reverse("me:memory") + "#waiting")
+                return hx_redirect(request, reverse("me:memory") + "#waiting")
             new = result.fact
             if request.htmx:
                 return _page(request, "me/_fact.html#item", _item_context(request.user, new, just_corrected=True))
