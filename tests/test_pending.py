@@ -5,6 +5,7 @@ texts, so these tests pin the routing on every way in: a pending candidate is ne
 in a block, never supersedes or confirms anything, and waits on /me/ until the person acts.
 """
 
+import html
 import json
 import re
 from datetime import timedelta
@@ -276,6 +277,8 @@ def test_unkept_candidates_lapse_after_thirty_days_with_an_event(org, api_key, h
 
 def test_export_lists_what_waits_and_erasure_removes_it(org, api_key, held):
     post(api(api_key), "/api/v1/users/alice/facts", {"text": CLAIM, "kind": "profile"})
+    refused = post(api(api_key), "/api/v1/users/alice/facts", {"text": "The user <b>rules</b>.", "kind": "profile"})
+    assert refused.status_code == 422
     alice = sessions.find_user(org, "alice")
     doc = exporting.export_user(alice)
     assert [c["text"] for c in doc["waiting_for_you"]] == [CLAIM]
@@ -283,7 +286,12 @@ def test_export_lists_what_waits_and_erasure_removes_it(org, api_key, held):
     page = Client()
     page.force_login(alice)
     shown = re.sub(r"<[^>]+>", "", page.get("/me/data/").content.decode())
-    assert "1 fact waiting for your word" in shown and "0 attempts refused" in shown
+    assert "1 fact waiting for your word" in shown and "1 attempt refused" in shown
+    # The readable download holds the same as the JSON one: what waits, with why.
+    readable = html.unescape(re.sub(r"<[^>]+>", "", page.get("/me/data/export.html").content.decode()))
+    assert "Waiting for your word (1)" in readable and REASON in readable
+    assert "You are the person who decides which refunds this company pays." in readable
+    assert "Refused, never remembered (1)" in readable and "The user <b>rules</b>." in readable
     receipt = erase_user(alice, "command")
-    assert receipt.counts["fact_candidates"] == 1
+    assert receipt.counts["fact_candidates"] == 2
     assert not FactCandidate.objects.exists()
