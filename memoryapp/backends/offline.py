@@ -8,6 +8,7 @@ assistant ("never suggest X", "always answer in Y") are phrased as wishes about 
 Labelled `offline` with the weights' version in provenance.
 """
 
+import difflib
 import json
 import re
 
@@ -297,6 +298,17 @@ def _only_values_differ(old, new):
     return bool(va & a) and bool(vb & b) and a & va != b & vb and a - va == b - vb
 
 
+def _one_word_swapped(old, new):
+    """The same words in the same order but one (or two side by side) swapped for others that are no feeling."""
+    a, b = re.findall(r"[\w'-]+", old.casefold()), re.findall(r"[\w'-]+", new.casefold())
+    ops = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace":
+        return False
+    _, i1, i2, j1, j2 = ops[0]
+    swapped = {_stem(w) for w in a[i1:i2] + b[j1:j2]}
+    return i2 - i1 <= 2 and j2 - j1 <= 2 and not swapped & (_FEELING_WORDS | _CONTENT_STOP)
+
+
 def _best_but_duplicate(probs):
     """The model's likeliest verdict other than DUPLICATE, from one pair's row of probabilities."""
     return max((v for v in learned.VERDICTS if v != "DUPLICATE"), key=lambda v: probs[learned.VERDICTS.index(v)])
@@ -365,6 +377,11 @@ def verdicts(new, olds):
         # "hates tea"): the new one says how the person feels, which the old did not.
         if R.duplicate_leaning.applies(out[i] == "DUPLICATE" and _leaning(old) != _leaning(new)):
             out[i] = _best_but_duplicate(probs[i])
+        # Two likings stand side by side ("likes pears" / "likes figs") unless the new one announces a change.
+        if R.two_likings.applies(
+            out[i] == "CONTRADICTS" and _leaning(old) == _leaning(new) == 1 and not R.changed.search(new)
+        ):
+            out[i] = "INDEPENDENT"
     for i, old in enumerate(olds):
         out[i] = _grammar_verdict(old, new) or out[i]
     differ = [i for i, old in enumerate(olds) if R.names_differ.applies(_names_differ(old, new))]
@@ -438,9 +455,17 @@ def _turned_on_the_same_thing(old, new):
     return gave_up and shared / min(len(a), len(b)) >= 0.8
 
 
+# Someone named where a fact names its subject: first ("Jake now lives in Seattle."), or after a word or
+# two that say who they are to the user ("The user's buddy Jake", "The user's old roommate Sam").
+_NAMED_SUBJECT = re.compile(r"^(?:[Tt]he user's [a-z-]+ )?(?P<name>[A-Z][\w-]*)(?:'s)?\b")
+
+
 def _subject(text):
     """Whom a fact is about: "the user", or someone in their life with the name given ("colleague tom", "daughter")."""
     text = text.strip()
+    named = _NAMED_SUBJECT.match(text)
+    if R.named_subject.applies(named and named["name"].casefold() not in ("the", "user", "user's")):
+        return named["name"].casefold()  # "Jake now lives in Seattle.", "The user's buddy Jake ..."
     m = R.someone_else.match(text)
     if m is None:
         return "the user"
@@ -515,7 +540,12 @@ def _rules_verdict(old, new):
     """Two rules pile up (a team has many), unless one rewords the other; a reversal is caught before this."""
     vectors = learned.vectors([old, new])
     named_apart = {_stem(n) for n in names(old)} != {_stem(n) for n in names(new)}
-    if vectors[0] @ vectors[1] >= RULE_DUPLICATE_SIMILARITY and not named_apart:
+    # The looser bar is for rewordings that change the sentence's shape. The same rule with one word swapped
+    # needs the bar of any duplicate: "must never eat peanuts" / "...gluten..." (0.79) are two allergies,
+    # "propose" / "suggest cloud services" (0.96) one rule.
+    swapped = R.one_word_swapped.applies(_one_word_swapped(old, new))
+    bar = DUPLICATE_SIMILARITY if swapped else RULE_DUPLICATE_SIMILARITY
+    if vectors[0] @ vectors[1] >= bar and not named_apart:
         return "DUPLICATE"  # "cannot use GPL code" / "is not allowed to use GPL-licensed code"
     return "INDEPENDENT"  # "must not deploy on Fridays" / "deployments must not happen after 4pm"
 

@@ -546,6 +546,9 @@ TABLE = {
         Rule("duplicate_similarity", "a DUPLICATE needs a close rewording"),
         Rule("duplicate_leaning", "facts that lean differently (a liking, a dislike, neither) are no DUPLICATE"),
         Rule("names_differ", "facts naming different things are no DUPLICATE (one value: CONTRADICTS)"),
+        Rule("one_word_swapped", "a rule with one word swapped repeats another only as close as any DUPLICATE"),
+        Rule("two_likings", "liking one thing never CONTRADICTS liking another, unless the new one says it changed"),
+        Rule("named_subject", "a fact that opens with someone else's name is about them, not the user"),
         Rule("same_text", "the same text is a DUPLICATE"),
         Rule(
             "negation",
