@@ -89,13 +89,17 @@ def _account(user, for_org):
     }
 
 
+def _waiting(user):
+    """Candidates waiting for the person's word, with why: in every export, as GET /users/{user}/pending lists them."""
+    return [
+        {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
+        for c in FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id")
+    ]
+
+
 def _about_the_account(user):
-    """What only the person sees in their export: candidates waiting for them, proposals, support access, links."""
+    """What only the person sees in their export: their decisions, refused attempts, proposals, support, links."""
     return {
-        "waiting_for_you": [
-            {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
-            for c in FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id")
-        ],
         "decided_for_you": [  # kept or discarded by the person; held for the audit until it lapses
             {
                 "text": c.text,
@@ -128,8 +132,8 @@ def _about_the_account(user):
 def export_user(user, for_org=None):
     """Everything held about `user` as a JSON-ready dict, described by `schema_version`.
 
-    With `for_org` (an API key's organisation) it is that org's memory of the person: their facts and
-    fact history, and the sessions, extraction runs and recall logs of that org's sessions. Never
+    With `for_org` (an API key's organisation) it is that org's memory of the person: their facts, what
+    waits for their word, fact history, and the sessions, extraction runs and recall logs of that org's sessions. Never
     account data (username, e-mail, other organisations) nor who in support looked at it.
     """
     facts = (
@@ -146,6 +150,7 @@ def export_user(user, for_org=None):
         "subject": _account(user, for_org),
         "memory_switch": _switch(user),
         "facts": [fact_json(f) for f in facts.iterator(chunk_size=1000)],
+        "waiting_for_you": _waiting(user),
         "fact_events": [
             {
                 "fact": _str(e.fact_id),

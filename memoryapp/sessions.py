@@ -22,9 +22,12 @@ from memoryapp.models import AgentSession, ApiKey, ExternalIdentity, MemorySetti
 _NOT_AT_THE_ENDS = r"\x00-\x20\x7f/\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 # Nor "." or "..": a URL reads them as "this folder" and "the one above", so no path could reach that person.
 # (No look-ahead: pydantic's engine has none, so the two are left out by spelling the short ids out.)
-_END, _END_NOT_DOT = rf"[^{_NOT_AT_THE_ENDS}]", rf"[^{_NOT_AT_THE_ENDS}.]"
+# Nowhere: characters that show nothing ("bob\u200b" would be a second "bob" that looks the same), and
+# U+FFFD, what bytes that are not UTF-8 in a path decode to (%FF%FE and %C0%AF would be one person).
+_NOWHERE = r"\xad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff\ufffd"
+_END, _END_NOT_DOT = rf"[^{_NOT_AT_THE_ENDS}{_NOWHERE}]", rf"[^{_NOT_AT_THE_ENDS}{_NOWHERE}.]"
 EXTERNAL_ID_PATTERN = (
-    rf"^(?:{_END_NOT_DOT}|{_END_NOT_DOT}{_END}|\.{_END_NOT_DOT}|{_END}[^\x00-\x1f\x7f/]{{1,126}}{_END})$"
+    rf"^(?:{_END_NOT_DOT}|{_END_NOT_DOT}{_END}|\.{_END_NOT_DOT}|{_END}[^\x00-\x1f\x7f/{_NOWHERE}]{{1,126}}{_END})$"
 )
 EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
 QUEUE_LEASE = timedelta(minutes=2)

@@ -206,7 +206,9 @@ def test_nul_in_a_turn_is_a_clear_422_and_nothing_is_stored(api, turn):
 
 
 @pytest.mark.parametrize(
-    "user", ["bad\x00id", "tab\there", "new\nline", "", "a/b", "alice ", " alice", "\u00a0alice", ".", ".."]
+    "user",
+    ["bad\x00id", "tab\there", "new\nline", "", "a/b", "alice ", " alice", "\u00a0alice", ".", ".."]
+    + ["bob\u200b", "\u200b", "b\u200bob", "\ufeffbob", "\ufffd\ufffd"],  # invisible; undecodable bytes
 )
 def test_a_user_id_with_control_characters_a_slash_or_spaces_at_its_ends_is_a_422(api, user):
     # A slash, "." or "..": the id sits in the API's paths, where no route could export or erase that person.
@@ -228,6 +230,14 @@ def test_nul_in_the_fact_search_is_a_422_not_the_whole_list(api):
     api.post("/v1/users/nul-search/facts", {"text": "The user keeps bees.", "kind": "profile"})
     response = api.get("/v1/users/nul-search/facts?q=%00")
     assert response.status_code == 422 and response.json()["error"]["field"] == "q"
+
+
+def test_a_path_id_that_is_not_utf8_is_no_one_not_everyone_whose_bytes_failed(api):
+    # uvicorn decodes /users/%FF%FE/ and /users/%C0%AF/ alike, to two U+FFFD (Django's test client keeps the
+    # bytes as "%FF%FE"): one made-up person any bad bytes reached. The id is sent here as the server sees it.
+    made = api.post("/v1/users/\ufffd\ufffd/facts", {"text": "The user likes coffee.", "kind": "preference"})
+    assert made.status_code == 404 and not MemoryFact.objects.exists()
+    assert api.get("/v1/users/\ufffd\ufffd/facts").status_code == 404
 
 
 @pytest.mark.parametrize("path", ["/v1/users/a%00b/export", "/v1/users/a%00b/portal", "/v1/users/a%00b"])

@@ -282,6 +282,9 @@ def test_export_lists_what_waits_and_erasure_removes_it(org, api_key, held):
     alice = sessions.find_user(org, "alice")
     doc = exporting.export_user(alice)
     assert [c["text"] for c in doc["waiting_for_you"]] == [CLAIM]
+    # The org's key exports it too, as its GET /users/{user}/pending lists it.
+    by_key = api(api_key).get("/api/v1/users/alice/export").json()
+    assert [(c["text"], c["reason"]) for c in by_key["waiting_for_you"]] == [(CLAIM, REASON)]
     # The Data and privacy page counts it among what is held (it listed facts and history only).
     page = Client()
     page.force_login(alice)
