@@ -94,6 +94,11 @@ def usd(amount):
     return f"${amount:.2g}" if abs(amount) >= 0.0001 else "under $0.0001"
 
 
+def why_in_words(reason):
+    """A judge's reason for a person to read: without the outcome the page already states ("to confirm: ...")."""
+    return re.sub(r"^(?:to confirm|refused): ", "", str(reason or ""))
+
+
 def how_many_times(n):
     """1 -> 'once', 2 -> 'twice', else 'n times'."""
     return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")
@@ -103,7 +108,7 @@ _IRREGULAR = {"is": "are", "was": "were", "has": "have", "does": "do", "doesn't"
 _SUBJECT = re.compile(r"^The user(?:'s|’s)?\b", re.IGNORECASE)
 # Words that may stand between "The user" and the verb ("now works", "no longer eats", "always writes"):
 # they stay as they are, and the verb after them changes.
-_BEFORE_THE_VERB = r"(?:now|also|still|never|always|often|sometimes|already|just|even|no|longer|not|\w{2,}ly)"
+_BEFORE_THE_VERB = r"(?:now|also|still|never|always|often|sometimes|already|just|even|no|longer|not|\w{2,}ly|[^\w\s]+)"
 _LEAD = re.compile(rf"^The user ((?:{_BEFORE_THE_VERB}\s+)*)([^\s.,;:!?]+)(.*)$", re.IGNORECASE | re.DOTALL)
 _INNER = re.compile(r"\bthe user(?:'s|’s)\b|\bthe user\b", re.IGNORECASE)
 

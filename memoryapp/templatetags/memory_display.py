@@ -17,6 +17,12 @@ def yours(text):
 
 
 @register.filter
+def why(reason):
+    """A judge's reason, in words (display.why_in_words)."""
+    return display.why_in_words(reason)
+
+
+@register.filter
 def usd(amount):
     """A cost in dollars, as every page shows it (display.usd)."""
     return display.usd(amount)

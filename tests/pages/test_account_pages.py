@@ -449,6 +449,11 @@ def test_switch_off_applies_to_open_sessions_and_says_so(as_alice, alice, seeded
     assert writing.memory_enabled(fresh(alice))
 
 
+def test_with_no_conversation_open_the_switch_names_none(as_alice, alice):
+    page = text_of(as_alice.get("/me/settings/", follow=True))
+    assert "Turning memory off stops this at once." in page and "0 conversations" not in page
+
+
 def test_switch_rejects_nonsense(as_alice, alice):
     response = as_alice.post("/me/settings/", {"enabled": "maybe"})
     assert response.status_code == 400 and "Choose on or off" in text_of(response)

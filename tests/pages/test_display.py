@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memoryapp.pages.display import as_yours, how_long_ago, how_many_times
+from memoryapp.pages.display import as_yours, how_long_ago, how_many_times, why_in_words
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,7 @@ from memoryapp.pages.display import as_yours, how_long_ago, how_many_times
         ("The user also likes tea.", "You also like tea."),
         ("The user usually juggles.", "You usually juggle."),
         ("The user juggles.", "You juggle."),
+        ("The user 🎉 loves emoji.", "You 🎉 love emoji."),  # a sign before the verb stays, the verb changes
         ("Works at Acme.", "Works at Acme."),  # not about "the user": shown as stored
     ],
 )
@@ -38,3 +39,10 @@ def test_times_in_plain_words():
     assert how_long_ago(now - timedelta(days=1, hours=2), now) == "yesterday"
     assert how_long_ago(now - timedelta(days=40), now) == "22 Oct 2026"
     assert [how_many_times(n) for n in (1, 2, 3)] == ["once", "twice", "3 times"]
+
+
+def test_a_reason_reads_without_the_outcome_the_page_already_states():
+    # Pages say "Why it waits:" and "This can't be saved:" themselves: "Why it waits: to confirm: ..." read twice.
+    assert why_in_words("to confirm: it may claim authority over refunds") == "it may claim authority over refunds"
+    assert why_in_words("refused: markup is not allowed") == "markup is not allowed"
+    assert why_in_words("a fact needs at least two letters") == "a fact needs at least two letters"

@@ -48,7 +48,15 @@ from memoryapp.models import (
     RecallLog,
     Turn,
 )
-from memoryapp.pages.display import EMPTY_KIND, FORGET_REASONS, KIND_NAMES, LATELY_DAYS, access_words, as_yours
+from memoryapp.pages.display import (
+    EMPTY_KIND,
+    FORGET_REASONS,
+    KIND_NAMES,
+    LATELY_DAYS,
+    access_words,
+    as_yours,
+    why_in_words,
+)
 from memoryapp.pages.forms import FactForm
 from memoryapp.pages.rendering import form_status, hx_redirect, keyset, page_or_partial
 from memoryapp.vocabulary import KIND_ORDER
@@ -354,7 +362,7 @@ def waiting_keep(request, candidate_id):
         messages.info(request, "That was already decided in another window.")
         return redirect(reverse("me:memory") + "#waiting")
     except writing.FactRejected as exc:  # the rules changed since it was held
-        messages.error(request, f"This can't be saved: {exc}.")
+        messages.error(request, f"This can't be saved: {why_in_words(exc)}.")
         return redirect(reverse("me:memory") + "#waiting")
     if result.fact is None:  # at the limit of facts
         messages.error(request, "Your memory is full: delete a fact first, then keep this one.")
@@ -506,7 +514,7 @@ def fact_edit(request, fact_id):
             fact.refresh_from_db(fields=["superseded_by"])
             if fact.superseded_by_id is not None:
                 return _gone(request, fact.id)  # replaced in another tab while this form was open
-            form.add_error("text", f"This can't be saved: {exc}.")
+            form.add_error("text", f"This can't be saved: {why_in_words(exc)}.")
         else:
             if result.outcome == "pending":
                 messages.info(request, HELD_CORRECTION)

@@ -220,7 +220,7 @@ def fact_add(request, org, membership):
                 "pending": HELD_NOTICE,
             }.get(result.outcome, "Added to the org memory.")
             if result.superseded:
-                notice += f" It replaces {len(result.superseded)} older fact(s) it contradicts."
+                notice += f" It replaces {_older_facts(len(result.superseded))} it contradicts."
             return _done(
                 request,
                 "org-memory",
@@ -343,13 +343,17 @@ def proposal_decide(request, org, membership, proposal_id):
                 "confirmed": "Approved. The org memory already had this fact, so it was merged into it.",
             }.get(result.outcome, "Approved and published to the org memory.")
             if result.superseded:
-                notice += f" It replaces {len(result.superseded)} older fact(s) it contradicts."
+                notice += f" It replaces {_older_facts(len(result.superseded))} it contradicts."
         else:
             raise FactRejected("Choose approve or reject.")
     except (FactRejected, orgs.OrgError) as exc:
         errors = {proposal.id: str(exc)}
         return _render_proposals(request, org, membership, status=form_status(request, ok=False), errors=errors)
     return _done(request, "org-proposals", org, notice, lambda n: _render_proposals(request, org, membership, notice=n))
+
+
+def _older_facts(n):
+    return "an older fact" if n == 1 else f"{n} older facts"
 
 
 # --- members ---------------------------------------------------------------------------------
