@@ -404,6 +404,14 @@ def test_conversation_detail_says_what_it_taught_and_was_given(as_alice, seeded)
     for log in injected:
         assert (log.fact.text if log.fact.scope == "org" else as_yours(log.fact.text)) in given
     assert "always included" in given
+    # Its block chosen again (refresh): each fact is still listed once.
+    recall.recall(seeded["third"], "connection pool", refresh=True)
+    logged = list(RecallLog.objects.filter(session=seeded["third"]).select_related("fact"))
+    assert len(logged) > len({log.fact_id for log in logged})  # some facts recalled twice
+    again = text_of(as_alice.get(f"/me/conversations/{seeded['third'].id}/"))
+    for log in logged:
+        text = log.fact.text if log.fact.scope == "org" else as_yours(log.fact.text)
+        assert again.count(text) == 1, text
     private = text_of(as_alice.get(f"/me/conversations/{seeded['private'].id}/"))
     assert "memory-off conversation" in private
     # Switched off after memory was given: the page says so rather than "none was given" above the list.

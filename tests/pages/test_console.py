@@ -233,8 +233,8 @@ def test_fact_page_shows_source_turns_run_chain_timeline_and_recalls(staff_clien
     assert reverse("console-fact", args=[old.id]) in new_page
     # the timeline and the sessions it was injected into
     assert "Created" in page and "Superseded" in page
-    assert "Injected into 1 session" in new_page and str(story["s3"].id)[:10] in new_page
-    assert "Injected into 0 sessions" in page
+    assert "Given to the assistant once" in new_page and str(story["s3"].id)[:10] in new_page
+    assert "Never given to the assistant" in page
 
 
 def test_fact_page_says_when_it_was_last_recalled_and_counts_past_the_recalls_it_lists(staff_client, story):
@@ -255,7 +255,7 @@ def test_fact_page_says_when_it_was_last_recalled_and_counts_past_the_recalls_it
         for i in range(1, provenance.RECALLS_SHOWN + 1)
     )
     page = staff_client.get(reverse("console-fact", args=[new.id])).content.decode()
-    assert f"Injected into {provenance.RECALLS_SHOWN + 1} sessions" in page
+    assert f"Given to the assistant {provenance.RECALLS_SHOWN + 1} times" in page
     assert f"Showing the latest {provenance.RECALLS_SHOWN}." in page
 
 

@@ -662,6 +662,10 @@ def conversation(request, session_id):
         seen.add((ev.action, ev.fact_id))
         taught[ev.action].append({"event": ev, "fact": facts.get(ev.fact_id)})
     logs = RecallLog.objects.filter(user=request.user, session=session).with_facts().order_by("created_at", "position")
+    # A conversation whose block was chosen again (a refresh, a changed fact) recalled some facts twice: each once.
+    first = {}
+    for log in logs:
+        first.setdefault(log.fact_id, log)
     # The messages facts were learned from, unnested in SQL: one row per message, not per fact
     # (a conversation can be the source of hundreds of facts).
     source_ordinals = set(
@@ -676,7 +680,7 @@ def conversation(request, session_id):
         "s": session,
         "status": _status_text(session),
         "taught": taught,
-        "logs": logs,
+        "logs": list(first.values()),
         "turns": turns,
         "source_ordinals": source_ordinals,
         "learned_anything": any(taught.values()),
