@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from memoryapp import extraction, recall, sessions, writing
-from memoryapp.models import AgentSession, ErasureReceipt, FactEvent, MemoryFact, RecallLog
+from memoryapp.models import AgentSession, ErasureReceipt, FactEvent, Membership, MemoryFact, RecallLog
 from memoryapp.pages.display import as_yours
 
 FIRST_CONVERSATION = [
@@ -497,6 +497,14 @@ def test_erase_needs_the_typed_word(as_alice, alice, seeded):
     response = as_alice.post("/me/erase/", {"confirm": "erase"})
     assert response.status_code == 400 and "Type ERASE" in text_of(response)
     assert get_user_model().objects.filter(id=alice.id).exists()
+
+
+def test_the_only_admin_of_an_org_is_told_before_typing_the_word(as_alice, alice, org):
+    Membership.objects.create(user=alice, org=org, role=Membership.Role.ADMIN)
+    page = text_of(as_alice.get("/me/erase/"))
+    assert "This account is the only admin of" in page and "Acme" in page and "cannot be erased yet" in page
+    Membership.objects.filter(user=alice).update(role=Membership.Role.MEMBER)
+    assert "cannot be erased yet" not in text_of(as_alice.get("/me/erase/"))
 
 
 def test_erase_removes_everything_signs_out_and_shows_a_receipt(as_alice, alice, seeded):

@@ -825,6 +825,8 @@ def erase(request):
         "sessions": sessions,
         "word": ERASE_WORD,
         "known_as": people.identities(request.user),
+        # Said before anyone types the word: the erasure would be refused (erasure._refuse_last_admin).
+        "only_admin_of": people.last_admin_of(request.user.id),
     }
     return _page(request, "me/erase.html", context, status=status, section="data")
 
