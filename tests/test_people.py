@@ -202,6 +202,19 @@ def test_an_agents_memory_of_an_account_holder_joins_it_only_when_she_says_this_
     assert browser.get("/me/").wsgi_request.user.pk == alice.pk
 
 
+def test_linking_says_what_became_of_each_fact_and_a_persons_own_correction_stands(scripted, org, api, alice):
+    moved = writing.store(alice, "The user lives in Porto.", "profile").fact
+    writing.correct_fact(moved, "The user lives in Braga.", "profile", actor_user=alice, origin=MemoryFact.Origin.USER)
+    for text in ("The user lives in Lisbon.", "The user keeps bees on the roof."):
+        assert api.post("/v1/users/alice/facts", {"text": text, "kind": "profile"}).status_code == 201
+    scripted.verdict_map = {"braga": "CONTRADICTS"}  # what the judge says of Lisbon against her Braga
+    remembered = sessions.find_user(org, "alice")
+    page = client_for(alice).post(_link_url(org, remembered), {"action": "link"}, follow=True).content.decode()
+    assert "1 new, 1 set aside where a correction of yours says otherwise" in page
+    live = set(MemoryFact.objects.for_user(alice).live().values_list("text", flat=True))
+    assert "The user lives in Braga." in live and "The user lives in Lisbon." not in live
+
+
 def test_memory_switched_off_under_the_agents_id_stays_off_once_linked(scripted, org, api, alice):
     remembered, _ = _agent_knows_alice(org, api)
     writing.set_memory_switch(remembered, False)  # in their portal session: "Turn memory off"

@@ -227,7 +227,7 @@ def _link(request, remembered):
     except linking.LinkRefused as exc:
         return render(request, "me/portal_invalid.html", {"message": str(exc)}, status=409)
     names = " and ".join(f"{org}'s assistant" for org, _ in result.identities) or "The assistant"
-    facts, talks = sum(result.facts.values()), result.moved.get("agentsession", 0)
+    talks = result.moved.get("agentsession", 0)
     switched = (
         " You had switched memory off there, so it is now off for your whole account."
         if result.moved.get("memory_switched_off")
@@ -235,10 +235,23 @@ def _link(request, remembered):
     )
     messages.success(
         request,
-        f"Added to your account: what {names} remembers about you ({facts} fact{pluralize(facts)}, "
-        f"{talks} conversation{pluralize(talks)}).{switched}",
+        f"Added to your account: what {names} remembers about you "
+        f"({_linked_facts(result.facts)}; {talks} conversation{pluralize(talks)}).{switched}",
     )
     return redirect("me:memory")
+
+
+def _linked_facts(outcomes):
+    """What became of the linked facts, in words: each outcome counted apart, so none is promised that is not shown."""
+    words = {
+        "new": outcomes["created"] + outcomes["kept"] + outcomes["superseded"],
+        "you already had": outcomes["confirmed"],
+        "set aside where a correction of yours says otherwise": outcomes["held"],
+        "waiting for your word": outcomes["pending"],
+        "not added, your memory is full": outcomes["at_limit"],
+    }
+    said = [f"{n} {what}" for what, n in words.items() if n]
+    return ", ".join(said) or "no facts"
 
 
 # --- my memory ----------------------------------------------------------------
