@@ -123,7 +123,12 @@ def _about_the_account(user):
             for a in SupportAccess.objects.filter(user=user).order_by("created_at", "id")
         ],
         "portal_links": [
-            {"created_at": _iso(p.created_at), "expires_at": _iso(p.expires_at), "used_at": _iso(p.used_at)}
+            {
+                "created_at": _iso(p.created_at),
+                "expires_at": _iso(p.expires_at),
+                "used_at": _iso(p.used_at),
+                "made_by": p.made_by or None,
+            }
             for p in PortalLink.objects.filter(user=user).order_by("created_at", "id")
         ],
     }

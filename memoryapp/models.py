@@ -717,6 +717,8 @@ class PortalLink(models.Model):
     created_at = models.DateTimeField(default=clock.now)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
+    # Who asked for it, in words ("API key 'desk agent'"): what a session it opens keeps says so.
+    made_by = models.CharField(max_length=200, blank=True, default="")
 
 
 class PasswordResetLink(models.Model):

@@ -25,8 +25,12 @@ def waiting_for(user):
     return list(FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id"))
 
 
-def keep(candidate, person):
-    """The person keeps a pending candidate: it is stored through the write path, as their own word."""
+def keep(candidate, person, signed_in_by=""):
+    """The person keeps a pending candidate: it is stored through the write path, as their own word.
+
+    `signed_in_by`: who asked for the sign-in link of the session it was kept in, when one did ("API key
+    'desk agent'"): whoever holds that key could have opened the link, so the trail says so."""
+    link = f" in a session opened by a sign-in link that {signed_in_by} asked for" if signed_in_by else ""
     write = writing.FactWrite(
         candidate.user,
         candidate.text,
@@ -57,7 +61,7 @@ def keep(candidate, person):
                     FactEvent.Actor.USER,
                     actor_user=person,
                     user_id=candidate.user_id,
-                    reason=f"kept by the person ({result.outcome}); held because {candidate.reason}",
+                    reason=f"kept by the person{link} ({result.outcome}); held because {candidate.reason}",
                 )
     return result
 

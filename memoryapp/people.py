@@ -7,6 +7,7 @@ from memoryapp.models import ExternalIdentity, Membership, Organization
 
 PORTAL_SESSION_KEY = "memoryapp.portal_only"
 PORTAL_SEEN_KEY = "memoryapp.portal_seen"
+PORTAL_MADE_BY_KEY = "memoryapp.portal_made_by"
 
 
 def can_sign_in(user):
@@ -86,11 +87,17 @@ def is_portal_session(request):
     return bool(getattr(request, "session", None) is not None and request.session.get(PORTAL_SESSION_KEY))
 
 
-def start_portal_session(request):
+def start_portal_session(request, made_by=""):
     """Mark a freshly signed-in session as memory-only; it ends at browser close or after idle minutes."""
     request.session[PORTAL_SESSION_KEY] = True
+    request.session[PORTAL_MADE_BY_KEY] = made_by
     request.session[PORTAL_SEEN_KEY] = clock.now().timestamp()
     request.session.set_expiry(0)  # a session cookie: gone when the browser closes
+
+
+def portal_maker(request):
+    """Who asked for the sign-in link of this memory-only session ("API key 'desk agent'"); "" for any other."""
+    return request.session.get(PORTAL_MADE_BY_KEY, "") if is_portal_session(request) else ""
 
 
 def portal_session_idle(request):

@@ -40,7 +40,7 @@ def lifetime():
     return timedelta(minutes=settings.MEMORY["PORTAL_LINK_MINUTES"])
 
 
-def issue_link(user, base_url="", org=None):
+def issue_link(user, base_url="", org=None, made_by=""):
     """A new signed, one-time link for `user`: returns (url, expires_at); only a hash is stored.
 
     Only for people whose memory an agent keeps: never for anyone who operates an organisation
@@ -57,7 +57,7 @@ def issue_link(user, base_url="", org=None):
         raise NotAllowed("This person also uses another organisation's assistant, so they sign in themselves.")
     raw = secrets.token_urlsafe(32)
     expires_at = clock.now() + lifetime()
-    PortalLink.objects.create(user=user, token_hash=_hash(raw), expires_at=expires_at)
+    PortalLink.objects.create(user=user, token_hash=_hash(raw), expires_at=expires_at, made_by=made_by[:200])
     token = signing.Signer(salt=SALT).sign(raw)
     return base_url.rstrip("/") + reverse("me:portal", args=[token]), expires_at
 
@@ -85,7 +85,7 @@ def check(token):
 
 
 def redeem(token):
-    """The user a link signs in, marking it used; PortalError (400 bad, 410 used or expired) otherwise."""
+    """The link (its `user` signed in, `made_by` who asked), marked used; PortalError (400 bad, 410 used or expired)."""
     link = _usable_link(token)
     # The conditional update makes the link single-use even if it is opened twice at once.
     claimed = PortalLink.objects.filter(id=link.id, used_at__isnull=True).update(used_at=clock.now())
@@ -93,4 +93,4 @@ def redeem(token):
         raise PortalError(410, "This sign-in link has already been used. Each link works once.")
     if people.operates(link.user) or not link.user.is_active:
         raise PortalError(400, "This sign-in link cannot be used for this account.")
-    return link.user
+    return link

@@ -9,6 +9,7 @@ import html
 import json
 import re
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
@@ -188,6 +189,21 @@ def test_keep_on_my_page_stores_it_as_the_persons_word_and_discard_forgets_it(or
     assert {c.id for c in held} >= {keep.id, discard.id} and sum(n["pending"] for _, n in per_day) == 2
     doc = exporting.export_user(alice)
     assert sorted(c["decision"] for c in doc["decided_for_you"]) == ["discarded", "kept"]
+
+
+def test_a_claim_kept_in_a_session_a_keys_link_opened_says_so_in_its_trail(org, api_key, held):
+    # Whoever holds a key with the portal scope can open the link it asks for and press Keep themselves:
+    # the trail must not credit the person alone.
+    client = api(api_key)
+    post(client, "/api/v1/users/alice/facts", {"text": CLAIM, "kind": "profile"})
+    url = post(client, "/api/v1/users/alice/portal", {}).json()["url"]
+    browser = Client()
+    assert browser.post(urlsplit(url).path).status_code == 302  # open it, then Continue
+    candidate = FactCandidate.objects.pending().get()
+    assert browser.post(f"/me/waiting/{candidate.id}/keep/").status_code == 302
+    kept = FactEvent.objects.get(action="kept")
+    assert "a sign-in link that API key 'test' asked for" in kept.reason
+    assert exporting.export_user(kept.user)["portal_links"][0]["made_by"] == "API key 'test'"
 
 
 def test_keeping_a_candidate_that_replaces_a_fact_says_which_one(org, api_key, held, scripted):

@@ -33,7 +33,8 @@ def portal_link(request: HttpRequest, user: str):
 
     person = _person(request, user)
     try:
-        url, expires_at = portal.issue_link(person, base_url=request.build_absolute_uri("/"), org=request.org)
+        made_by = f"API key '{request.api_key.name}'"
+        url, expires_at = portal.issue_link(person, request.build_absolute_uri("/"), org=request.org, made_by=made_by)
     except portal.NotAllowed as exc:
         # 409: the person exists, but is not one an API key may sign in (see memoryapp.people).
         raise ApiError(409, "conflict", str(exc)) from None

@@ -210,13 +210,13 @@ def portal_link(request, token):
                 context.update(known_as=people.identities(remembered), live_facts=live)
             return render(request, "me/portal_continue.html", context)
         linking_it = request.POST.get("action") == "link" and _may_link(request)
-        user = portal.redeem(token)
+        link = portal.redeem(token)
     except portal.PortalError as exc:
         return render(request, "me/portal_invalid.html", {"message": exc.message}, status=exc.status)
     if linking_it:
-        return _link(request, user)
-    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-    people.start_portal_session(request)
+        return _link(request, link.user)
+    login(request, link.user, backend="django.contrib.auth.backends.ModelBackend")
+    people.start_portal_session(request, made_by=link.made_by)
     return redirect("me:memory")
 
 
@@ -370,7 +370,7 @@ def waiting_keep(request, candidate_id):
     """Keep a held candidate: it is stored as the person's own word."""
     candidate = _own_candidate(request, candidate_id)
     try:
-        result = pending.keep(candidate, request.user)
+        result = pending.keep(candidate, request.user, signed_in_by=people.portal_maker(request))
     except pending.Gone:
         messages.info(request, "That was already decided in another window.")
         return redirect(reverse("me:memory") + "#waiting")

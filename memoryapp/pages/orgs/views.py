@@ -553,7 +553,7 @@ def remembered(request, org, membership):
 def remembered_portal(request, org, membership, identity_id):
     identity = _remembered(org, identity_id)
     try:
-        url, expires_at = orgs.portal_link_for(identity, request.build_absolute_uri("/"))
+        url, expires_at = orgs.portal_link_for(identity, request.build_absolute_uri("/"), request.user)
     except orgs.OrgError as exc:
         return _render_people(
             request, org, membership, status=form_status(request, ok=False), errors={identity.id: str(exc)}
