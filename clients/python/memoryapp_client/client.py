@@ -89,6 +89,10 @@ class _Calls:
         params = _params(state=state, kind=kind, q=q, cursor=cursor, limit=limit)
         return _Call("GET", f"/users/{_quote(user)}/facts", models.FactPage, params=params)
 
+    def _list_pending(self, user, cursor=None, limit=None):
+        params = _params(cursor=cursor, limit=limit)
+        return _Call("GET", f"/users/{_quote(user)}/pending", models.PendingPage, params=params)
+
     def _get_fact(self, fact_id):
         return _Call("GET", f"/facts/{fact_id}", models.FactDetail)
 
@@ -221,6 +225,10 @@ class MemoryClient(_Base):
         """One page of the user's facts, newest first; pass `next_cursor` back for the next page."""
         return self._run(self._list_facts(user, state, kind, q, cursor, limit))
 
+    def list_pending(self, user, cursor=None, limit=None) -> models.PendingPage:
+        """One page of what waits for the person's word (never recalled until they keep it), with why."""
+        return self._run(self._list_pending(user, cursor, limit))
+
     def iter_facts(self, user, state="live", kind=None, q=None, limit=None):
         """Every matching fact, page after page."""
         cursor = None
@@ -317,6 +325,9 @@ class AsyncMemoryClient(_Base):
 
     async def list_facts(self, user, state="live", kind=None, q=None, cursor=None, limit=None) -> models.FactPage:
         return await self._run(self._list_facts(user, state, kind, q, cursor, limit))
+
+    async def list_pending(self, user, cursor=None, limit=None) -> models.PendingPage:
+        return await self._run(self._list_pending(user, cursor, limit))
 
     async def iter_facts(self, user, state="live", kind=None, q=None, limit=None):
         cursor = None

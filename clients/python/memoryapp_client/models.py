@@ -84,6 +84,12 @@ class Pending(Model):
     reason: str
 
 
+class PendingPage(Model):
+    api_schema = "PendingPageOut"
+    pending: list[Pending]
+    next_cursor: str | None = None
+
+
 class Remembered(Model):
     api_schema = "RememberOut"
     outcome: Literal["created", "confirmed", "superseded", "held", "pending"]
@@ -224,7 +230,7 @@ class ErrorBody(Model):
 
 
 ALL = [
-    Provenance, Fact, FactPage, FactEvent, FactRecall, FactDetail, Remembered, Corrected, Deleted, Session,
-    SessionStatus, Accepted, Queued, RecalledFact, Recall, CacheControl, SystemBlock, Prompt, Injected,
-    SessionRecall, PortalLink, Receipt, ErrorBody,
+    Provenance, Fact, FactPage, Pending, PendingPage, FactEvent, FactRecall, FactDetail, Remembered, Corrected,
+    Deleted, Session, SessionStatus, Accepted, Queued, RecalledFact, Recall, CacheControl, SystemBlock, Prompt,
+    Injected, SessionRecall, PortalLink, Receipt, ErrorBody,
 ]  # fmt: skip
