@@ -399,10 +399,13 @@ class FactWrite:
         # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers. Why
         # the live condition: forgetting may have expired the row since it was read.
         now = clock.now()
+        # One source counts once: the same conversation, or the same key with none, saying it again (a retry
+        # loop) is no new evidence, and the count chooses the facts every conversation gets.
+        counted = 0 if self._said_last(duplicate) else 1
         if (
             not MemoryFact.objects.live()
             .filter(id=duplicate.id)
-            .update(last_confirmed_at=now, confirmation_count=F("confirmation_count") + 1)
+            .update(last_confirmed_at=now, confirmation_count=F("confirmation_count") + counted)
         ):
             return False
         duplicate.refresh_from_db()
@@ -415,6 +418,22 @@ class FactWrite:
             reason=self.reason,
         )
         return True
+
+    def _said_last(self, fact):
+        """True when the fact's latest word (created or confirmed) came from this write's own source."""
+        last = (
+            FactEvent.objects.filter(
+                fact_id=fact.id, action__in=[FactEvent.Action.CREATED, FactEvent.Action.CONFIRMED]
+            )  # event_fact_idx
+            .order_by("-created_at", "-id")
+            .values("actor", "session_id", "reason")
+            .first()
+        )
+        if last is None or last["actor"] != self.actor:
+            return False
+        if self.session is not None:
+            return last["session_id"] == self.session.id
+        return last["session_id"] is None and bool(self.reason) and last["reason"] == self.reason
 
     def _insert(self, **fields):
         now = clock.now()

@@ -91,7 +91,9 @@ def test_reworded_repeats_in_one_run_become_one_row(org, scripted):
     scripted.verdict_map = {"postgresql": "DUPLICATE"}
     run = extraction.extract_session(ended_session(org, ("user", "We're on Postgres.")).id)
     fact = MemoryFact.objects.get()
-    assert fact.confirmation_count == 2 and run.facts_proposed == 2
+    # One conversation saying it twice is one source: counted once (another conversation's word counts).
+    assert fact.confirmation_count == 1 and run.facts_proposed == 2
+    assert FactEvent.objects.filter(fact_id=fact.id, action="confirmed").count() == 1
 
 
 def test_each_extracted_fact_is_embedded_once_by_each_model(org, scripted, monkeypatch):

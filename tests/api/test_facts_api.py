@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from memoryapp import clock, embeddings, extraction, sessions, writing
-from memoryapp.models import AgentSession, ExtractionRun, FactCandidate, FactEvent, MemoryFact, RecallLog
+from memoryapp.models import AgentSession, ExtractionRun, FactCandidate, FactEvent, MemoryFact, Organization, RecallLog
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -198,6 +198,12 @@ def test_remember_twice_confirms_and_a_contradiction_supersedes(api, alice, scri
     again = api.post("/v1/users/alice/facts", {"text": "The user has green tea each morning.", "kind": "preference"})
     assert again.status_code == 200
     assert again.json()["outcome"] == "confirmed" and again.json()["fact"]["id"] == first["id"]
+    # The same key saying it again (a retry loop) is no new evidence; another key's word is.
+    for _ in range(3):
+        api.post("/v1/users/alice/facts", {"text": TEA, "kind": "preference"})
+    assert MemoryFact.objects.get(id=first["id"]).confirmation_count == 1
+    other = Api(sessions.create_api_key(Organization.objects.get(slug="acme"), "second agent")[1])
+    assert other.post("/v1/users/alice/facts", {"text": TEA, "kind": "preference"}).json()["outcome"] == "confirmed"
     assert MemoryFact.objects.get(id=first["id"]).confirmation_count == 2
 
     scripted.verdict_map = {"green tea": "CONTRADICTS"}
