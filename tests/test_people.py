@@ -324,3 +324,8 @@ def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_m
     assert "You, as known to Acme" in page
     assert person.username not in page
     assert f'href="/orgs/{org.slug}/"' not in page  # no org tab that would answer 403
+    # A person an assistant remembers has no account: the pages do not promise to erase one.
+    for path in ("/me/data/", "/me/erase/"):
+        shown = browser.get(path).content.decode()
+        assert "and account" not in shown and "Your account name" not in shown, path
+    assert "Erase my memory" in shown

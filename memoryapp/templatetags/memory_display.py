@@ -116,7 +116,8 @@ def short_id(value, length=8):
     shown = value if len(value) <= length + 1 else value[:length] + "…"
     return format_html(
         '<span class="short-id"><code title="{}">{}</code>'
-        '<button type="button" class="copy" data-copy="{}" aria-label="Copy {}">Copy</button></span>',
+        '<button type="button" class="copy" data-copy="{}" data-needs-clipboard aria-label="Copy {}" hidden>'
+        "Copy</button></span>",
         value,
         shown,
         value,

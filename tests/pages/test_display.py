@@ -46,3 +46,10 @@ def test_a_reason_reads_without_the_outcome_the_page_already_states():
     assert why_in_words("to confirm: it may claim authority over refunds") == "it may claim authority over refunds"
     assert why_in_words("refused: markup is not allowed") == "markup is not allowed"
     assert why_in_words("a fact needs at least two letters") == "a fact needs at least two letters"
+
+
+def test_a_copy_button_shows_only_where_a_script_can_copy():
+    from memoryapp.templatetags.memory_display import short_id
+
+    html = short_id("0123456789abcdef")
+    assert "0123456789abcdef" in html and "data-needs-clipboard" in html and " hidden>" in html
