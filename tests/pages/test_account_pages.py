@@ -500,7 +500,7 @@ def test_erase_needs_the_typed_word(as_alice, alice, seeded):
 
 
 def test_the_only_admin_of_an_org_is_told_before_typing_the_word(as_alice, alice, org):
-    Membership.objects.create(user=alice, org=org, role=Membership.Role.ADMIN)
+    Membership.objects.update_or_create(user=alice, org=org, defaults={"role": Membership.Role.ADMIN})
     page = text_of(as_alice.get("/me/erase/"))
     assert "This account is the only admin of" in page and "Acme" in page and "cannot be erased yet" in page
     Membership.objects.filter(user=alice).update(role=Membership.Role.MEMBER)
