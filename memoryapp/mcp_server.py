@@ -250,14 +250,14 @@ def _add_change_tools(server, caller):
     def correct_fact(
         fact_id: FactId,
         text: Annotated[str, Field(description="The corrected sentence", max_length=FACT_INPUT_MAX_CHARS)],
-        kind: KindName,
+        kind: Annotated[KindName | None, Field(description="Left out: the fact keeps its kind")] = None,
         ctx: Context = None,
     ) -> dict:
         """Correct a remembered fact; the old version is kept, linked to the new one."""
         api_key = caller.key(ctx, "write")
         fact = caller.fact(api_key, fact_id)
         try:
-            new = facts.correct(fact, text, kind, api_key=api_key, via="mcp")
+            new = facts.correct(fact, text, kind or fact.kind, api_key=api_key, via="mcp")
         except writing.FactRejected as exc:
             raise Refused("fact_rejected", f"Not stored: {exc}.") from None
         except facts.MemoryOff:

@@ -122,6 +122,8 @@ def test_tools_are_described_with_input_schemas(mcp_url, world):
     remember = next(t for t in tools if t.name == "remember_fact")
     assert set(remember.input_schema["required"]) == {"text", "kind"}
     assert remember.input_schema["properties"]["kind"]["enum"] == ["preference", "constraint", "profile", "goal"]
+    correct = next(t for t in tools if t.name == "correct_fact")
+    assert set(correct.input_schema["required"]) == {"fact_id", "text"}  # the kind stays unless given
     assert [t.uri_template for t in templates] == ["memory://{user}/block"]
 
 

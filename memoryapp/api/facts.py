@@ -86,6 +86,15 @@ class FactIn(BodyIn):
     kind: KindName
 
 
+class CorrectIn(BodyIn):
+    model_config = {"json_schema_extra": {"examples": [{"text": "The user is vegan."}]}}
+
+    text: str = Field(
+        ..., max_length=FACT_INPUT_MAX_CHARS, description="One sentence about the person, at most 200 characters"
+    )
+    kind: KindName | None = Field(None, description="Left out: the fact keeps its kind")
+
+
 class RememberIn(FactIn):
     model_config = {
         "json_schema_extra": {
@@ -290,7 +299,7 @@ def get_fact(request: HttpRequest, fact_id: uuid.UUID):
 
 @router.patch("/facts/{fact_id}", response={200: CorrectedOut, 202: CorrectedOut, **ERRORS})
 @requires("write")
-def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: FactIn):
+def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: CorrectIn):
     """Correct a fact as the person's own page does: a new version replaces it; the old one is kept and linked.
 
     A replaced version is 409 (correct the current one); a text that is not a storable fact is 422; a fact
@@ -299,7 +308,7 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: FactIn):
     """
     fact = _fact(request, fact_id)
     try:
-        new = facts.correct(fact, payload.text, payload.kind, api_key=request.api_key)
+        new = facts.correct(fact, payload.text, payload.kind or fact.kind, api_key=request.api_key)
     except writing.FactRejected as exc:
         raise ApiError(422, "fact_rejected", f"Not stored: {exc}.", "text") from None
     except facts.MemoryOff:

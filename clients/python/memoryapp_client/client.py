@@ -100,8 +100,9 @@ class _Calls:
         body = {"text": text, "kind": kind, **({"session": str(session)} if session else {})}
         return _Call("POST", f"/users/{_quote(user)}/facts", models.Remembered, body)
 
-    def _correct(self, fact_id, text, kind):
-        return _Call("PATCH", f"/facts/{fact_id}", models.Corrected, {"text": text, "kind": kind})
+    def _correct(self, fact_id, text, kind=None):
+        body = {"text": text, **({"kind": kind} if kind else {})}
+        return _Call("PATCH", f"/facts/{fact_id}", models.Corrected, body)
 
     def _forget(self, fact_id):
         return _Call("DELETE", f"/facts/{fact_id}", models.Deleted)
@@ -247,8 +248,8 @@ class MemoryClient(_Base):
         """Remember one fact about the user (validated, filtered and superseded like an extracted one)."""
         return self._run(self._remember(user, text, kind, session))
 
-    def correct(self, fact_id, text, kind) -> models.Corrected:
-        """Correct a fact; the old version is kept and linked."""
+    def correct(self, fact_id, text, kind=None) -> models.Corrected:
+        """Correct a fact (its kind kept unless given); the old version is kept and linked."""
         return self._run(self._correct(fact_id, text, kind))
 
     def forget(self, fact_id) -> int:
@@ -345,7 +346,7 @@ class AsyncMemoryClient(_Base):
     async def remember(self, user, text, kind, session=None) -> models.Remembered:
         return await self._run(self._remember(user, text, kind, session))
 
-    async def correct(self, fact_id, text, kind) -> models.Corrected:
+    async def correct(self, fact_id, text, kind=None) -> models.Corrected:
         return await self._run(self._correct(fact_id, text, kind))
 
     async def forget(self, fact_id) -> int:
