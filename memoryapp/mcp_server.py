@@ -22,9 +22,8 @@ from mcp_types import INVALID_REQUEST
 from pydantic import Field
 
 from memoryapp import backends, facts, provenance, ratelimit, recall, sessions, writing
-from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS
+from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS, KindName
 
-KindName = Literal["preference", "constraint", "profile", "goal"]
 User = Annotated[
     str | None,
     Field(description="Your agent's id for the person (as in the agent API); optional when the server is "

@@ -1,9 +1,12 @@
 """The vocabulary of facts: the kinds, their one order and names, the size of a fact, and negation."""
 
 import re
+from typing import Literal
 
 # The order is part of the learned models' weights (a kind's index is its output unit): append only.
 KINDS = ("preference", "constraint", "profile", "goal")
+# The kinds as a type, for the API's and the MCP tools' schemas.
+KindName = Literal[KINDS]
 # Tier 1 of recall: the kinds given to the assistant before any similarity is computed.
 ALWAYS_ON_KINDS = ("constraint", "profile")
 # One order wherever facts are listed or put in a block: always-on kinds first.

@@ -15,11 +15,10 @@ from memoryapp import backends, facts, sessions, writing
 from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS, ApiError
 from memoryapp.api.schemas import BodyIn
-from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS
+from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS, KindName
 
 router = Router(tags=["facts"])
 
-KindName = Literal["preference", "constraint", "profile", "goal"]
 State = Literal["live", "superseded", "expired", "all"]
 
 
@@ -86,12 +85,9 @@ class FactIn(BodyIn):
     kind: KindName
 
 
-class CorrectIn(BodyIn):
+class CorrectIn(FactIn):
     model_config = {"json_schema_extra": {"examples": [{"text": "The user is vegan."}]}}
 
-    text: str = Field(
-        ..., max_length=FACT_INPUT_MAX_CHARS, description="One sentence about the person, at most 200 characters"
-    )
     kind: KindName | None = Field(None, description="Left out: the fact keeps its kind")
 
 
