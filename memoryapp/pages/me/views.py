@@ -243,14 +243,15 @@ def _link(request, remembered):
 
 def _linked_facts(outcomes):
     """What became of the linked facts, in words: each outcome counted apart, so none is promised that is not shown."""
-    words = {
-        "new": outcomes["created"] + outcomes["kept"] + outcomes["superseded"],
-        "you already had": outcomes["confirmed"],
-        "set aside where a correction of yours says otherwise": outcomes["held"],
-        "waiting for your word": outcomes["pending"],
-        "not added, your memory is full": outcomes["at_limit"],
+    apart = {
+        "confirmed": "you already had",
+        "held": "set aside where a correction of yours says otherwise",
+        "pending": "waiting for your word",
+        "at_limit": "not added, your memory is full",
     }
-    said = [f"{n} {what}" for what, n in words.items() if n]
+    new = sum(n for outcome, n in outcomes.items() if outcome not in apart)  # created, or moved as it was
+    said = [f"{new} new"] if new else []
+    said += [f"{outcomes[outcome]} {what}" for outcome, what in apart.items() if outcomes[outcome]]
     return ", ".join(said) or "no facts"
 
 
