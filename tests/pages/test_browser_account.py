@@ -164,11 +164,11 @@ def test_account_flow_with_javascript(page, api, org, scripted, travel):
     # erase, behind the typed word, ends on a receipt with the person signed out
     page.goto("/me/erase/")
     page.fill("#id_confirm", "erase")
-    page.get_by_role("button", name="Erase my memory and account").click()
+    page.get_by_role("button", name="Erase my memory", exact=True).click()
     page.get_by_text("Type ERASE in capital letters").wait_for()
     screenshot(page, "account-erase-error")
     page.fill("#id_confirm", "ERASE")
-    page.get_by_role("button", name="Erase my memory and account").click()
+    page.get_by_role("button", name="Erase my memory", exact=True).click()
     page.get_by_role("heading", name="Your memory has been erased").wait_for()
     screenshot(page, "account-erased")
     page.goto("/me/")
