@@ -64,7 +64,14 @@ def fact_json(f):
 
 
 class MemoryOff(Exception):
-    """The person switched memory off, or the session is memory-off: nothing may be written."""
+    """The person switched memory off, or the session is memory-off: nothing may be written or read by an agent."""
+
+
+def for_the_assistant(person):
+    """`person`, or MemoryOff when they switched memory off: then the assistant reads none of it (export aside)."""
+    if not writing.memory_enabled(person):
+        raise MemoryOff()
+    return person
 
 
 class NotCurrent(Exception):

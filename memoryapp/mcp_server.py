@@ -194,7 +194,9 @@ def _add_read_tools(server, caller):
         """Why a fact is remembered: who wrote it, the person's words it came from, the extraction run,
         the versions it replaced or that replaced it, its history and how often it was recalled."""
         api_key = caller.key(ctx, "read")
-        return explain(caller.fact(api_key, fact_id))
+        fact = caller.fact(api_key, fact_id)
+        _readable(fact.user)
+        return explain(fact)
 
 
 def _add_write_tools(server, caller):
@@ -314,9 +316,16 @@ def _is_uuid(value):
     return True
 
 
+def _readable(person):
+    try:
+        return facts.for_the_assistant(person)
+    except facts.MemoryOff:
+        raise Refused("memory_off", "Memory is switched off for this person: the assistant reads none of it.") from None
+
+
 def _page(person, **filters):
     try:
-        page = facts.list_facts(person, **filters)
+        page = facts.list_facts(_readable(person), **filters)
     except facts.BadCursor as exc:
         raise Refused("invalid", str(exc)) from None
     return {"facts": [facts.fact_json(f) for f in page.facts], "next_cursor": page.next_cursor}

@@ -178,6 +178,8 @@ def test_every_api_rule_holds_over_mcp(mcp_url, world):
         off = await session.call_tool("remember_fact", {"user": "bob", "text": VEG, "kind": "constraint"})
         long = await session.call_tool("remember_fact", {"user": "alice", "text": "x" * 201, "kind": "profile"})
         wrong_kind = await session.call_tool("remember_fact", {"user": "alice", "text": VEG, "kind": "mood"})
+        unread = await session.call_tool("list_facts", {"user": "bob"})  # memory off: nothing read either
+        assert _error(unread).startswith("memory_off")
         return [_data(poison), _error(off), _error(long), wrong_kind.is_error]
 
     async def as_reader(session):

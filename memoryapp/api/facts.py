@@ -165,6 +165,15 @@ def _fact(request, fact_id):
 
 
 MEMORY_OFF = "Memory is switched off for this person or this session, so nothing can be written."
+MEMORY_OFF_READ = "Memory is switched off for this person: the assistant reads none of it (their export still works)."
+
+
+def _readable(person):
+    """The person, unless they switched memory off (409): an agent lists, searches and reads none of it then."""
+    try:
+        return facts.for_the_assistant(person)
+    except facts.MemoryOff:
+        raise ApiError(409, "memory_off", MEMORY_OFF_READ) from None
 
 
 class ListQuery(Schema):
@@ -201,7 +210,7 @@ def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
     An unknown query parameter is 422, so a misspelt filter never silently lists everything.
     """
     _known_params_only(request, ListQuery)
-    page = _one_page(facts.list_facts, _person(request, user), filters)
+    page = _one_page(facts.list_facts, _readable(_person(request, user)), filters)
     return Status(200, {"facts": [fact_out(f) for f in page.facts], "next_cursor": page.next_cursor})
 
 
@@ -217,7 +226,7 @@ def list_pending(request: HttpRequest, user: str, filters: Query[PendingQuery]):
     an instruction. None is recalled until the person keeps it on their memory page; each lapses after 30 days.
     """
     _known_params_only(request, PendingQuery)
-    page = _one_page(facts.list_pending, _person(request, user), filters)
+    page = _one_page(facts.list_pending, _readable(_person(request, user)), filters)
     return Status(200, {"pending": [facts.pending_json(c) for c in page.rows], "next_cursor": page.next_cursor})
 
 
@@ -267,7 +276,9 @@ def remember(request: HttpRequest, user: str, payload: RememberIn):
 @requires("read")
 def get_fact(request: HttpRequest, fact_id: uuid.UUID):
     """One fact with its supersession chain, its audit trail and the sessions it was recalled in."""
-    d = facts.detail(_fact(request, fact_id))
+    fact = _fact(request, fact_id)
+    _readable(fact.user)
+    d = facts.detail(fact)
     return Status(
         200,
         {

@@ -406,3 +406,15 @@ def test_support_console_shows_which_agent_key_wrote_it(api, alice, scripted, ma
     client.force_login(staff)
     page = client.get(f"/console/facts/{made['id']}/").content.decode()
     assert "Agent (API)" in page and "API key &#x27;test&#x27;" in page
+
+
+def test_with_memory_off_an_agent_reads_none_of_it_but_the_export_still_works(api, alice):
+    fact = _fact(alice, "The user is looking for a new job.", "goal")
+    writing.set_memory_switch(alice, False)
+    for path in ("/v1/users/alice/facts", "/v1/users/alice/pending", f"/v1/facts/{fact.id}"):
+        refused = api.get(path)
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "memory_off", path
+        assert "new job" not in refused.content.decode()
+    assert api.get("/v1/users/alice/export").status_code == 200  # the person's data, for their request
+    writing.set_memory_switch(alice, True)
+    assert api.get("/v1/users/alice/facts").json()["facts"][0]["text"] == "The user is looking for a new job."
