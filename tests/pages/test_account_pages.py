@@ -418,6 +418,8 @@ def test_conversation_detail_says_what_it_taught_and_was_given(as_alice, seeded)
     AgentSession.objects.filter(id=seeded["third"].id).update(memory=AgentSession.Memory.OFF)
     switched = text_of(as_alice.get(f"/me/conversations/{seeded['third'].id}/"))
     assert "Memory was switched off during this conversation" in switched
+    listed = text_of(as_alice.get("/me/conversations/"))
+    assert "Memory was switched off during it; before that the assistant was reminded of" in listed
     assert "This was a memory-off conversation" not in switched
 
 
