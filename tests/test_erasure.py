@@ -372,6 +372,14 @@ def test_erase_user_command_by_username_and_by_external_id(org, bob, make_user):
         call_command("erase_user", "--noinput")
 
 
+def test_erase_user_with_nobody_to_answer_erases_nothing_and_says_why(make_user, monkeypatch):
+    make_user("dora")
+    monkeypatch.setattr("builtins.input", lambda prompt: (_ for _ in ()).throw(EOFError))  # stdin is not a terminal
+    with pytest.raises(CommandError, match="nobody answered"):
+        call_command("erase_user", "dora")
+    assert get_user_model().objects.filter(username="dora").exists()
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("engine", ["cached_db", "db"])
 def test_erasure_and_sign_out_leave_no_usable_session_in_the_cache(engine, make_user, settings):

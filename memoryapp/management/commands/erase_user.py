@@ -23,10 +23,13 @@ class Command(BaseCommand):
     def handle(self, *args, username=None, org=None, external_id=None, interactive=True, **options):
         user = self._find(username, org, external_id)
         if interactive:
-            answer = input(
-                f"Erase {user.get_username()} and everything held about them? This cannot be undone. "
-                "Type 'erase' to confirm: "
-            )
+            try:
+                answer = input(
+                    f"Erase {user.get_username()} and everything held about them? This cannot be undone. "
+                    "Type 'erase' to confirm: "
+                )
+            except EOFError:  # no terminal to answer from (a script, a pipe): say so, not a traceback
+                raise CommandError("Not erased: nobody answered. Run it in a terminal, or pass --noinput.") from None
             if answer.strip().lower() != "erase":
                 raise CommandError("Not erased.")
         try:
