@@ -180,6 +180,7 @@ def _link_in_browser(browser, org, remembered):
         f"Acme's assistant made this link for the person it knows as <code>alice</code>, who has {live} fact" in offer
     )
     assert "what was added stays in your account" in offer
+    assert "reads that one memory, including what the others' assistants learned" in offer  # said before, not after
     return browser.post(f"/me/portal/{token_of(url)}/", {"action": "link"})
 
 
