@@ -1,5 +1,7 @@
 """Issue 41: who is who (remembered persons are not members) and one person, one memory (linking)."""
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -284,6 +286,10 @@ def test_linking_confirms_duplicates_supersedes_contradictions_and_moves_history
     assert MemoryFact.objects.for_user(alice).get(id=moved.id).supersede_reason == "linked"
     assert not FactEvent.objects.filter(user_id=remembered.pk).exists()
     assert result.facts["confirmed"] == 1 and result.identities == [("Acme", "alice")]
+    # Data and privacy does not count a linked fact's original as a version the person's memory replaced.
+    shown = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", client_for(alice).get("/me/data/").content.decode()))
+    replaced = MemoryFact.objects.for_user(alice).filter(superseded_at__isnull=False).exclude(supersede_reason="linked")
+    assert f"{replaced.count()} replaced versions kept for history" in shown and "original of a linked fact" in shown
 
 
 def test_linking_is_refused_for_accounts_and_never_done_by_a_key(org, alice, make_user, api):

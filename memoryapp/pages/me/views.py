@@ -778,9 +778,12 @@ def _uuids(values):
 def data(request):
     """'What do you know about me?': a readable summary of the export, with a download."""
     doc = exporting.export_user(request.user)
-    by_state = {"live": [], "superseded": [], "expired": []}
+    by_state = {"live": [], "superseded": [], "expired": [], "linked": []}
     for f in doc["facts"]:
-        by_state.setdefault(f["state"], []).append(f)
+        # A fact an assistant's id brought in when it was linked is kept as the original of its copy in use:
+        # not a version the person's memory replaced.
+        linked = f["state"] == "superseded" and f["supersede_reason"] == "linked"
+        by_state["linked" if linked else f["state"]].append(f)
     context = {
         "doc": doc,
         "by_state": by_state,
