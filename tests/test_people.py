@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.test import Client
 
 from memoryapp import erasure, linking, orgs, people, portal, recall, sessions, writing
-from memoryapp.models import AgentSession, ExternalIdentity, FactEvent, Membership, MemoryFact
+from memoryapp.models import AgentSession, ErasureReceipt, ExternalIdentity, FactEvent, Membership, MemoryFact
 from tests.conftest import demote_at_once
 
 pytestmark = pytest.mark.django_db
@@ -135,6 +135,12 @@ def test_admin_sends_a_portal_link_and_erases_a_remembered_person_without_javasc
     done = browser.post(f"/orgs/{org.slug}/people/{ident.id}/erase/", {"confirm": "cust-9"})
     assert done.status_code == 302
     assert not MemoryFact.objects.filter(text="The user keeps bees.").exists()
+    # The notice links the receipt, which shows the counts to anyone with its address, no sign-in needed.
+    receipt = ErasureReceipt.objects.get()
+    assert (
+        f'<a href="/me/erased/{receipt.id}/">Receipt {receipt.id}</a>' in browser.get(done["Location"]).content.decode()
+    )
+    assert "facts, all versions" in Client().get(f"/me/erased/{receipt.id}/").content.decode()
     assert api.get("/v1/users/cust-9/facts").status_code == 404
 
 
@@ -336,3 +342,5 @@ def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_m
         shown = browser.get(path).content.decode()
         assert "and account" not in shown and "Your account name" not in shown, path
     assert "Erase my memory" in shown
+    readable = browser.get("/me/data/export.html").content.decode()
+    assert "Everything held about you" in readable and person.username not in readable

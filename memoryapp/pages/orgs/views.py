@@ -15,6 +15,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import retarget
@@ -580,8 +581,15 @@ def remembered_erase(request, org, membership, identity_id):
             except orgs.OrgError as exc:
                 error = str(exc)
             else:
+                receipt_url = reverse("me:erased", args=[receipt.id])  # counts only, nothing personal; no sign-in
                 messages.success(
-                    request, f"Erased {identity.external_id} and everything held about them. Receipt {receipt.id}."
+                    request,
+                    format_html(
+                        'Erased {} and everything held about them. <a href="{}">Receipt {}</a>.',
+                        identity.external_id,
+                        receipt_url,
+                        receipt.id,
+                    ),
                 )
                 return hx_redirect(request, reverse("org-people", args=[org.slug]))
         else:
