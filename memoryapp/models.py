@@ -216,9 +216,9 @@ class AgentSession(models.Model):
     # The message the stored block was chosen for: support's recall review shows it. Cleared by the
     # nightly retention job once the review window (forgetting.RECALL_MESSAGE_DAYS) has passed.
     memory_block_message = models.TextField(blank=True, default="")
-    # The last batch of turns appended with an Idempotency-Key, as "<digest of its turns>:<key>": a retry
-    # of that call (its answer lost on the way) stores nothing twice. Only the last: a retry comes next.
-    last_batch = models.CharField(max_length=300, blank=True, default="")
+    # The last batches of turns appended with an Idempotency-Key (sessions.KEPT_BATCHES), one per line as
+    # "<digest of its turns>:<key>": a retry of one of them (its answer lost on the way) stores nothing twice.
+    last_batch = models.TextField(blank=True, default="")
 
     objects = AgentSessionQuerySet.as_manager()
 

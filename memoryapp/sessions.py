@@ -31,6 +31,8 @@ EXTERNAL_ID_PATTERN = (
 )
 EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
 QUEUE_LEASE = timedelta(minutes=2)
+# How many batches' Idempotency-Keys a session keeps: a retry comes soon, but an agent may have a few in flight.
+KEPT_BATCHES = 8
 
 
 class SessionEnded(Exception):
@@ -138,14 +140,16 @@ def open_session(org, user, memory="on"):
 
 def add_turns(session, turns, key=""):
     """Append turns (list of (role, content)) as one batch: all stored or none. A batch sent again with the
-    `key` (an Idempotency-Key) of the last one is answered as before and stored once."""
+    `key` (an Idempotency-Key) of one of the session's last KEPT_BATCHES is answered as before and stored once."""
     limit = settings.MEMORY["MAX_TURNS_PER_SESSION"]
     mark = f"{_digest(turns)}:{key}" if key else ""
     with transaction.atomic():
         # The row lock orders concurrent appends to one session and checks "ended" and the key race-free.
         locked = AgentSession.objects.select_for_update().get(id=session.id)
-        if mark and locked.last_batch.partition(":")[2] == key:
-            if locked.last_batch != mark:
+        kept = locked.last_batch.splitlines()
+        sent_before = [m for m in kept if m.partition(":")[2] == key] if key else []
+        if sent_before:
+            if sent_before[0] != mark:
                 raise KeyReused()
             return Appended(len(turns), replayed=True)
         if locked.ended_at is not None:
@@ -159,7 +163,9 @@ def add_turns(session, turns, key=""):
             for i, (role, content) in enumerate(turns)
         )
         AgentSession.objects.filter(id=locked.id).update(
-            last_activity_at=now, turn_count=locked.turn_count + len(turns), **({"last_batch": mark} if mark else {})
+            last_activity_at=now,
+            turn_count=locked.turn_count + len(turns),
+            **({"last_batch": "\n".join([*kept, mark][-KEPT_BATCHES:])} if mark else {}),
         )
     return Appended(len(turns))
 

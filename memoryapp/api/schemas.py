@@ -74,7 +74,7 @@ class TurnsIn(BodyIn):
 
 class AcceptedOut(Schema):
     accepted: int
-    replayed: bool = Field(False, description="A retry of the last batch under its Idempotency-Key: stored once.")
+    replayed: bool = Field(False, description="A retry of a recent batch under its Idempotency-Key: stored once.")
 
 
 class QueuedOut(Schema):

@@ -135,6 +135,18 @@ def test_a_batch_retried_with_its_idempotency_key_is_stored_once(api):
     assert AgentSession.objects.get(id=sid).turn_count == 5
 
 
+def test_a_batch_retried_after_a_later_one_is_still_stored_once(api):
+    sid = _open(api)
+    first, second = _turns(("user", "I moved to Lisbon.")), _turns(("user", "I adopted a cat."))
+    api.post(f"/v1/sessions/{sid}/turns", first, headers={"Idempotency-Key": "k1"})
+    api.post(f"/v1/sessions/{sid}/turns", second, headers={"Idempotency-Key": "k2"})  # sent while k1's answer was lost
+    assert api.post(f"/v1/sessions/{sid}/turns", first, headers={"Idempotency-Key": "k1"}).json()["replayed"] is True
+    for i in range(sessions.KEPT_BATCHES):  # a session keeps its last few keys, not every key forever
+        api.post(f"/v1/sessions/{sid}/turns", _turns(("user", f"Note {i}.")), headers={"Idempotency-Key": f"n{i}"})
+    assert api.post(f"/v1/sessions/{sid}/turns", first, headers={"Idempotency-Key": "k1"}).json()["replayed"] is False
+    assert Turn.objects.filter(session_id=sid, content="I moved to Lisbon.").count() == 2
+
+
 def test_a_retry_after_the_session_ended_is_answered_not_refused(api):
     sid = _open(api)
     batch = _turns(("user", "I am vegetarian."))
