@@ -3,6 +3,7 @@
 import hashlib
 import re
 import secrets
+import unicodedata
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -85,11 +86,17 @@ def authenticate_key(key):
 
 
 def find_user(org, external_id):
-    """The person the agent calls `external_id` in `org`, or None."""
+    """The person the agent calls `external_id` in `org`, or None: the id as stored, else its composed form."""
     if not EXTERNAL_ID.match(external_id or ""):
         return None  # no one can have this id (and Postgres would refuse a NUL in it)
-    ident = ExternalIdentity.objects.select_related("user").filter(org=org, external_id=external_id).first()
-    return ident.user if ident else None
+    # "zoë" typed as z-o-e-◌̈ is the same id as the one-letter ë: new ids are stored composed (NFC). The id exactly
+    # as given is looked up too, and wins, so one stored before this, in another form, is still reached.
+    spellings = {external_id, unicodedata.normalize("NFC", external_id)}
+    found = {
+        i.external_id: i.user
+        for i in ExternalIdentity.objects.select_related("user").filter(org=org, external_id__in=spellings)
+    }
+    return found.get(external_id) or found.get(unicodedata.normalize("NFC", external_id))
 
 
 def get_or_create_user(org, external_id):
@@ -104,7 +111,7 @@ def get_or_create_user(org, external_id):
     try:
         with transaction.atomic():
             user = new_remembered_person()
-            ExternalIdentity.objects.create(org=org, user=user, external_id=external_id)
+            ExternalIdentity.objects.create(org=org, user=user, external_id=unicodedata.normalize("NFC", external_id))
     except IntegrityError:
         return find_user(org, external_id)  # a concurrent request created them first
     return user

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memoryapp import extraction, sessions, validation, writing
-from memoryapp.models import AgentSession, MemoryFact, Turn
+from memoryapp.models import AgentSession, ExternalIdentity, MemoryFact, Turn
 from memoryapp.vocabulary import KINDS
 
 pytestmark = pytest.mark.django_db
@@ -230,6 +230,22 @@ def test_nul_in_the_fact_search_is_a_422_not_the_whole_list(api):
     api.post("/v1/users/nul-search/facts", {"text": "The user keeps bees.", "kind": "profile"})
     response = api.get("/v1/users/nul-search/facts?q=%00")
     assert response.status_code == 422 and response.json()["error"]["field"] == "q"
+
+
+def test_one_id_in_composed_and_decomposed_unicode_is_one_person(api, org):
+    # "zoë" with the one letter ë, and with e followed by a combining diaeresis: they look the same.
+    composed, decomposed = "zo\u00eb", "zoe\u0308"
+    assert (
+        api.post(f"/v1/users/{decomposed}/facts", {"text": "The user keeps bees.", "kind": "profile"}).status_code
+        == 201
+    )
+    listed = api.get(f"/v1/users/{composed}/facts").json()["facts"]
+    assert [f["text"] for f in listed] == ["The user keeps bees."]
+    assert api.post("/v1/sessions", {"user": composed}).json()["user"] == composed
+    # An id stored decomposed before ids were composed is still reached as it was stored.
+    legacy = sessions.new_remembered_person()
+    ExternalIdentity.objects.create(org=org, user=legacy, external_id="rene\u0301")
+    assert sessions.find_user(org, "rene\u0301") == legacy
 
 
 def test_a_path_id_that_is_not_utf8_is_no_one_not_everyone_whose_bytes_failed(api):
