@@ -41,7 +41,10 @@ def keep(candidate, person, signed_in_by=""):
         source_turns=candidate.source_turns,
         origin=candidate.origin,
         added_by=candidate.added_by,
-        reason=candidate.note,
+        # Written now, said then: the trail's "created" must not read as the writer acting at this moment.
+        reason="; ".join(
+            filter(None, [candidate.note, f"held for the person's word since {candidate.created_at:%Y-%m-%d %H:%M}"])
+        ),
         kept=True,
     )
     result = None

@@ -178,6 +178,9 @@ def test_keep_on_my_page_stores_it_as_the_persons_word_and_discard_forgets_it(or
     assert CLAIM in live_texts(alice)
     kept = FactEvent.objects.get(action="kept")
     assert kept.actor_user == alice and kept.actor == "user"
+    # The fact's "created" says it was held, not that the key wrote it when the person pressed Keep.
+    created = FactEvent.objects.get(fact_id=kept.fact_id, action="created")
+    assert "held for the person's word since" in created.reason
     page.post(f"/me/waiting/{discard.id}/discard/")
     assert not FactCandidate.objects.pending().filter(user=alice).exists()
     assert FactEvent.objects.filter(action="discarded", user=alice).exists()
