@@ -75,8 +75,9 @@ def add_turns(
         alias="Idempotency-Key",
         max_length=255,
         pattern=r"^[\x21-\x7e]*$",
-        description="Any id of this batch (a UUID, say). A retry of one of the session's last 8 batches with the "
-        "same key and turns stores nothing twice and answers `replayed: true`; the same key with other turns is a 422.",
+        description=f"Any id of this batch (a UUID, say). A retry of one of the session's last {sessions.KEPT_BATCHES} "
+        "batches with the same key and turns stores nothing twice and answers `replayed: true`; the same key with "
+        "other turns is a 422.",
     ),
 ):
     """Append turns; the batch is stored whole or not at all. Send an Idempotency-Key to retry it safely."""
