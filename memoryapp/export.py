@@ -1,7 +1,7 @@
 """The export: one document with everything held about a person ("What do you know about me?")."""
 
 from memoryapp import clock, writing
-from memoryapp.facts import fact_json
+from memoryapp.facts import fact_json, pending_json
 from memoryapp.facts import id_or_none as _str
 from memoryapp.facts import iso as _iso
 from memoryapp.models import (
@@ -92,7 +92,7 @@ def _account(user, for_org):
 def _waiting(user):
     """Candidates waiting for the person's word, with why: in every export, as GET /users/{user}/pending lists them."""
     return [
-        {"id": str(c.id), "text": c.text, "kind": c.kind, "reason": c.reason, "at": _iso(c.created_at)}
+        {**pending_json(c), "at": _iso(c.created_at)}
         for c in FactCandidate.objects.pending().filter(user=user).order_by("created_at", "id")
     ]
 

@@ -91,12 +91,14 @@ def find_user(org, external_id):
         return None  # no one can have this id (and Postgres would refuse a NUL in it)
     # "zoë" typed as z-o-e-◌̈ is the same id as the one-letter ë: new ids are stored composed (NFC). The id exactly
     # as given is looked up too, and wins, so one stored before this, in another form, is still reached.
-    spellings = {external_id, unicodedata.normalize("NFC", external_id)}
+    composed = unicodedata.normalize("NFC", external_id)
     found = {
         i.external_id: i.user
-        for i in ExternalIdentity.objects.select_related("user").filter(org=org, external_id__in=spellings)
+        for i in ExternalIdentity.objects.select_related("user").filter(
+            org=org, external_id__in={external_id, composed}
+        )
     }
-    return found.get(external_id) or found.get(unicodedata.normalize("NFC", external_id))
+    return found.get(external_id) or found.get(composed)
 
 
 def get_or_create_user(org, external_id):
@@ -154,9 +156,9 @@ def add_turns(session, turns, key=""):
         # The row lock orders concurrent appends to one session and checks "ended" and the key race-free.
         locked = AgentSession.objects.select_for_update().get(id=session.id)
         kept = locked.last_batch.splitlines()
-        sent_before = [m for m in kept if m.partition(":")[2] == key] if key else []
-        if sent_before:
-            if sent_before[0] != mark:
+        sent_before = next((m for m in kept if key and m.partition(":")[2] == key), None)
+        if sent_before is not None:
+            if sent_before != mark:
                 raise KeyReused()
             return Appended(len(turns), replayed=True)
         if locked.ended_at is not None:
