@@ -229,7 +229,9 @@ def _actor_for(origin):
 
 
 # How many times a fact is judged when what it was judged against keeps changing before the write.
-JUDGE_ATTEMPTS = 3
+# A judgement goes stale only when another write landed meanwhile, so this many agents writing one
+# person's memory at once all get judged; more than that, and the last ones are kept unjudged.
+JUDGE_ATTEMPTS = 6
 
 
 def neighbour_floor(text):
@@ -321,10 +323,12 @@ class FactWrite:
         """Judge the fact against its live neighbours; call it with no transaction open and no lock held."""
         self.neighbours, self.answer = [], []
         self.attempts += 1
-        if self.held or self.replaces is not None or self.attempts > JUDGE_ATTEMPTS:
-            # A held candidate never confirms or supersedes anything; a correction names what it
-            # replaces; a fact whose neighbours kept changing through every attempt is kept with no
-            # verdicts: it supersedes nothing, and nothing is lost.
+        if self.held or self.replaces is not None:
+            return self  # a held candidate never confirms or supersedes anything; a correction names its fact
+        if self.attempts > JUDGE_ATTEMPTS:
+            # Its neighbours kept changing through every attempt: kept with no verdicts (it supersedes
+            # nothing, and nothing is lost), and the audit trail says so.
+            self.reason = f"{self.reason}; kept unjudged: its neighbours changed {JUDGE_ATTEMPTS} times".lstrip("; ")
             return self
         self.neighbours = self._neighbours()
         if self.neighbours:

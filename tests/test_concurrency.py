@@ -1,6 +1,7 @@
 """Writes for one user are serialised: two sessions ending together never duplicate or double-supersede."""
 
 import threading
+import time
 
 import pytest
 from django.test import override_settings
@@ -101,3 +102,31 @@ def test_two_real_workers_ending_two_sessions_of_one_user(api, celery_workers):
     live = sorted(MemoryFact.objects.live().values_list("text", "confirmation_count"))
     assert live == [("The user lives in Porto.", 2), ("The user uses Neovim.", 2)]
     assert MemoryFact.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_as_many_agents_as_judge_attempts_racing_for_a_new_person_leave_one_live_value(org):
+    """Six agents tell a new person's memory six home cities at once: each is judged, one city stays live."""
+    person = sessions.get_or_create_user(org, "racer")
+    scripted = backends.ScriptedBackend(verdicts={"home city": "CONTRADICTS"})
+    cities = ["Lisbon", "Oslo", "Quito", "Porto", "Lyon", "Turin"]  # as many as writing.JUDGE_ATTEMPTS
+    barrier = threading.Barrier(len(cities))
+
+    def slow_judge(new_text, old_texts):
+        time.sleep(0.05)  # the model thinking: long enough for the others to write meanwhile
+        return scripted.verdicts(new_text, old_texts)
+
+    def write(city):
+        barrier.wait(timeout=20)
+        return writing.store(person, f"The user's home city is {city}.", "profile", judge=slow_judge)
+
+    results = {}
+    threads = [in_thread(lambda c=c: write(c), results, c) for c in cities]
+    for t in threads:
+        t.join(timeout=60)
+
+    assert [r for r in results.values() if isinstance(r, BaseException)] == []
+    mine = MemoryFact.objects.for_user(person)
+    assert mine.live().count() == 1, list(mine.live().values_list("text", flat=True))
+    assert mine.filter(superseded_by__isnull=False).count() == len(cities) - 1  # replaced, none dropped
+    assert not FactEvent.objects.filter(reason__contains="unjudged").exists()

@@ -300,7 +300,8 @@ def test_judging_is_bounded_when_the_neighbours_keep_changing_and_nothing_is_los
     person = sessions.get_or_create_user(org, "ned")
     scripted = backends.ScriptedBackend(verdicts={"editor": "CONTRADICTS"})
     writing.store(person, VIM, "profile", judge=scripted.verdicts)
-    versions = iter(["The user's code editor is Nano.", "The user's code editor is Kakoune.", HELIX, "x"])
+    others = ["Nano", "Kakoune", "Micro", "Joe", "Zed", "Pico", "Kate"][: writing.JUDGE_ATTEMPTS - 1]
+    versions = iter([f"The user's code editor is {name}." for name in others] + [HELIX, "x"])
     judged = []
 
     def judge_while_the_person_keeps_correcting(new_text, old_texts):
@@ -316,6 +317,8 @@ def test_judging_is_bounded_when_the_neighbours_keep_changing_and_nothing_is_los
     live = sorted(MemoryFact.objects.for_user(person).live().values_list("text", flat=True))
     assert live == sorted([EMACS, HELIX])  # the person's latest correction stands beside it
     assert FactEvent.objects.filter(action="superseded", actor="extractor").count() == 0
+    created = FactEvent.objects.get(fact_id=result.fact.id, action="created")
+    assert f"kept unjudged: its neighbours changed {writing.JUDGE_ATTEMPTS} times" in created.reason
 
 
 def test_the_broker_redelivers_a_dead_workers_task_after_its_lease_not_after_an_hour():
