@@ -263,6 +263,8 @@ def correct(fact, text, kind, *, api_key, via="api"):
     origin, _ = VIA[via]
     try:
         result = writing.correct_fact(fact, text, kind, actor_user=None, origin=origin, note=key_note(api_key, via))
+    except writing.Gone:
+        raise
     except writing.FactRejected:
         fact.refresh_from_db(fields=["superseded_at"])
         if fact.superseded_at is not None:  # replaced while we were embedding

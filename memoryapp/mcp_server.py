@@ -224,6 +224,8 @@ def _add_write_tools(server, caller):
             raise Refused("not_found", "No such session for this user and API key.")
         try:
             done = facts.remember(api_key.org, user, text, kind, api_key=api_key, via="mcp", session_id=session_id)
+        except writing.Gone as exc:
+            raise Refused("not_found", f"Not stored: {exc}.") from None
         except writing.FactRejected as exc:
             raise Refused("fact_rejected", f"Not stored: {exc}.") from None
         except facts.UnknownSession:
@@ -259,6 +261,8 @@ def _add_change_tools(server, caller):
         fact = caller.fact(api_key, fact_id)
         try:
             new = facts.correct(fact, text, kind or fact.kind, api_key=api_key, via="mcp")
+        except writing.Gone as exc:
+            raise Refused("not_found", f"Not stored: {exc}.") from None
         except writing.FactRejected as exc:
             raise Refused("fact_rejected", f"Not stored: {exc}.") from None
         except facts.MemoryOff:

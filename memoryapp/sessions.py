@@ -40,6 +40,10 @@ class SessionEnded(Exception):
     pass
 
 
+class SessionGone(Exception):
+    """The session was erased (with its person) while the call was on its way."""
+
+
 class TooManyTurns(Exception):
     pass
 
@@ -154,7 +158,9 @@ def add_turns(session, turns, key=""):
     mark = f"{_digest(turns)}:{key}" if key else ""
     with transaction.atomic():
         # The row lock orders concurrent appends to one session and checks "ended" and the key race-free.
-        locked = AgentSession.objects.select_for_update().get(id=session.id)
+        locked = AgentSession.objects.select_for_update().filter(id=session.id).first()
+        if locked is None:
+            raise SessionGone()
         kept = locked.last_batch.splitlines()
         sent_before = next((m for m in kept if key and m.partition(":")[2] == key), None)
         if sent_before is not None:

@@ -36,6 +36,10 @@ class FactRejected(ValueError):
         self.judgement = judgement  # set when the judge refused it (not for a wrong shape)
 
 
+class Gone(FactRejected):
+    """What the write names (the person, or the fact it corrects) was erased or deleted meanwhile."""
+
+
 @dataclass(frozen=True)
 class Checked:
     """A candidate fact validated, embedded and judged once: what every way in hands to FactWrite."""
@@ -346,6 +350,9 @@ class FactWrite:
         # Why the lock: two sessions of one user ending together must not both insert the same fact or
         # supersede each other's rows half-way. Held only for this short transaction, never over a call.
         _lock_owner(self.replaces or self.org or self.user)
+        if self.org is None and self.replaces is None and not type(self.user).objects.filter(pk=self.user.pk).exists():
+            # Erased while the fact was judged: the erasure held this lock and is committed now.
+            raise Gone("this person's memory was erased meanwhile")
         if self.held:
             return self._hold()
         if self.replaces is not None:
@@ -503,7 +510,9 @@ class FactWrite:
         return StoreResult(outcome="pending", candidate=candidate)
 
     def _apply_correction(self):
-        old = MemoryFact.objects.select_for_update().get(id=self.replaces.id)
+        old = MemoryFact.objects.select_for_update().filter(id=self.replaces.id).first()
+        if old is None:
+            raise Gone("this fact was deleted meanwhile")
         if old.superseded_at is not None:
             raise FactRejected("this fact has already been replaced; correct the current version instead")
         self.user, self.org = old.user, old.org

@@ -249,6 +249,8 @@ def remember(request: HttpRequest, user: str, payload: RememberIn):
         result = facts.remember(
             request.org, user, payload.text, payload.kind, api_key=request.api_key, session_id=payload.session
         )
+    except writing.Gone as exc:
+        raise ApiError(404, "not_found", f"Not stored: {exc}.") from None
     except writing.FactRejected as exc:
         raise ApiError(422, "fact_rejected", f"Not stored: {exc}.", "text") from None
     except facts.UnknownSession:
@@ -316,6 +318,8 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: CorrectIn):
     fact = _fact(request, fact_id)
     try:
         new = facts.correct(fact, payload.text, payload.kind or fact.kind, api_key=request.api_key)
+    except writing.Gone as exc:
+        raise ApiError(404, "not_found", f"Not stored: {exc}.") from None
     except writing.FactRejected as exc:
         raise ApiError(422, "fact_rejected", f"Not stored: {exc}.", "text") from None
     except facts.MemoryOff:

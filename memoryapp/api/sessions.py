@@ -97,6 +97,8 @@ def add_turns(
         ) from None
     except sessions.SessionEnded:
         raise ApiError(409, "session_ended", "This session has ended; open a new one.") from None
+    except sessions.SessionGone:
+        raise ApiError(404, "not_found", "No such session for this user and API key.") from None
     except sessions.TooManyTurns as exc:
         raise ApiError(413, "too_many_turns", f"turns: a session holds at most {exc.args[0]} turns", "turns") from None
     return Status(202, appended._asdict())

@@ -418,3 +418,64 @@ def test_with_memory_off_an_agent_reads_none_of_it_but_the_export_still_works(ap
     assert api.get("/v1/users/alice/export").status_code == 200  # the person's data, for their request
     writing.set_memory_switch(alice, True)
     assert api.get("/v1/users/alice/facts").json()["facts"][0]["text"] == "The user is looking for a new job."
+
+
+# --- a write racing a deletion or an erasure ------------------------------------------------------
+
+
+@pytest.fixture
+def meanwhile(monkeypatch):
+    """Runs `action` once, after the write was judged (with nothing held) and before it is applied."""
+
+    def arrange(action):
+        real = writing.FactWrite.judge
+
+        def judge_then_act(self, *args, **kwargs):
+            judged = real(self, *args, **kwargs)
+            monkeypatch.setattr(writing.FactWrite, "judge", real)
+            action()
+            return judged
+
+        monkeypatch.setattr(writing.FactWrite, "judge", judge_then_act)
+
+    return arrange
+
+
+def test_a_correction_of_a_fact_deleted_meanwhile_is_404_not_500(api, alice, meanwhile):
+    fact = writing.store(alice, "The user lives in Oslo.", "profile").fact
+    meanwhile(lambda: writing.delete_fact(fact, actor="agent"))
+    response = api.patch(f"/v1/facts/{fact.id}", {"text": "The user lives in Bergen."})
+    assert response.status_code == 404, response.content
+    assert response.json()["error"] == {
+        "code": "not_found",
+        "message": "Not stored: this fact was deleted meanwhile.",
+        "field": None,
+    }
+    assert not MemoryFact.objects.for_user(alice).exists()  # nothing written for a fact that is gone
+
+
+def test_a_fact_for_a_person_erased_meanwhile_is_404_not_500(api, alice, meanwhile):
+    from memoryapp import erasure
+
+    meanwhile(lambda: erasure.erase_user(alice, "api"))
+    response = api.post("/v1/users/alice/facts", {"text": "The user lives in Bergen.", "kind": "profile"})
+    assert response.status_code == 404, response.content
+    assert response.json()["error"]["message"] == "Not stored: this person's memory was erased meanwhile."
+    assert not MemoryFact.objects.exists()
+
+
+def test_turns_for_a_session_erased_meanwhile_are_404_not_500(api, alice, monkeypatch):
+    from memoryapp import erasure
+
+    opened = api.post("/v1/sessions", {"user": "alice"}).json()
+    real_digest = sessions._digest
+
+    def erase_first(turns):
+        erasure.erase_user(alice, "api")
+        return real_digest(turns)
+
+    monkeypatch.setattr(sessions, "_digest", erase_first)
+    turns = {"turns": [{"role": "user", "content": "Hi"}]}
+    response = api.post(f"/v1/sessions/{opened['id']}/turns", turns, headers={"Idempotency-Key": "batch-1"})
+    assert response.status_code == 404, response.content
+    assert response.json()["error"]["code"] == "not_found"

@@ -524,6 +524,8 @@ def fact_edit(request, fact_id):
             return redirect(reverse("me:memory") + f"#fact-{fact.id}")
         try:
             result = writing.correct_fact(fact, text, kind, actor_user=request.user, origin=MemoryFact.Origin.USER)
+        except writing.Gone:
+            return _gone(request, fact.id)  # deleted in another tab while this form was open
         except writing.FactRejected as exc:
             fact.refresh_from_db(fields=["superseded_by"])
             if fact.superseded_by_id is not None:
