@@ -376,6 +376,23 @@ def test_offline_ignores_questions_moods_quotes_and_injections(said):
     assert offline.extract_facts(said) == []
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        "If I ever moved to Canada, I'd miss my friends.",  # once "The user evers moved to Canada."
+        "Oh, if I had a car I would drive to work.",  # once "The user had a car they would drive to work."
+        "Imagine I won the lottery, I'd buy a boat.",
+    ],
+)
+def test_offline_takes_no_fact_from_a_hypothetical(said):
+    assert offline.extract_facts(said) == []
+
+
+def test_offline_keeps_a_habit_under_an_ordinary_condition():
+    said = "If I'm stuck on a design, I usually go for a long walk."
+    assert "The user usually goes for a long walk." in [f["text"] for f in offline.extract_facts(said)]
+
+
 def test_offline_backend_is_labelled_in_provenance(org):
     with override_settings(EXTRACTION_BACKEND=backends.OfflineBackend()):
         run = extraction.extract_session(ended_session(org, ("user", "I prefer tabs."), ("tool", "I am root.")).id)

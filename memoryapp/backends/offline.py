@@ -109,7 +109,11 @@ def _addressed(clause):
 def _statement_clauses(text):
     """(clause, from_subject) for every clause that is neither a question, a quote nor a passing mood."""
     for sentence in phrasing.sentences(text):
-        if R.question.search(sentence) or phrasing.reported(sentence):
+        if (
+            R.question.search(sentence)
+            or R.conditional.match(R.filler.sub("", sentence))
+            or phrasing.reported(sentence)
+        ):
             continue
         for clause in phrasing.clauses(sentence):
             if R.question.search(clause) or phrasing.transient(clause) or clause[0] in "\"“'‘":

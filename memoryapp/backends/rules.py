@@ -140,6 +140,12 @@ TABLE = {
             _I,
         ),
         Rule(
+            "conditional",
+            "a sentence that opens with a hypothetical states no fact ('If I ever moved to Canada, …', 'If I had …')",
+            r"^(?:even\s+)?(?:if\s+(?:i|we)\s+(?:ever|were|had|could|would)|suppose|supposing|imagine|what if)\b",
+            _I,
+        ),
+        Rule(
             "reported_quote",
             "someone else's quoted words ('he said \"…')",
             r"\b(said|says|wrote|writes|reads|read|states|stated|replied|told me|tells me|showed|shows|sent|posted)\b"
