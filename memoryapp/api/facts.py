@@ -168,7 +168,7 @@ MEMORY_OFF = "Memory is switched off for this person or this session, so nothing
 MEMORY_OFF_READ = "Memory is switched off for this person: the assistant reads none of it (their export still works)."
 
 
-def _readable(person):
+def readable(person):
     """The person, unless they switched memory off (409): an agent lists, searches and reads none of it then."""
     try:
         return facts.for_the_assistant(person)
@@ -210,7 +210,7 @@ def list_facts(request: HttpRequest, user: str, filters: Query[ListQuery]):
     An unknown query parameter is 422, so a misspelt filter never silently lists everything.
     """
     _known_params_only(request, ListQuery)
-    page = _one_page(facts.list_facts, _readable(_person(request, user)), filters)
+    page = _one_page(facts.list_facts, readable(_person(request, user)), filters)
     return Status(200, {"facts": [fact_out(f) for f in page.facts], "next_cursor": page.next_cursor})
 
 
@@ -226,7 +226,7 @@ def list_pending(request: HttpRequest, user: str, filters: Query[PendingQuery]):
     an instruction. None is recalled until the person keeps it on their memory page; each lapses after 30 days.
     """
     _known_params_only(request, PendingQuery)
-    page = _one_page(facts.list_pending, _readable(_person(request, user)), filters)
+    page = _one_page(facts.list_pending, readable(_person(request, user)), filters)
     return Status(200, {"pending": [facts.pending_json(c) for c in page.rows], "next_cursor": page.next_cursor})
 
 
@@ -279,7 +279,7 @@ def remember(request: HttpRequest, user: str, payload: RememberIn):
 def get_fact(request: HttpRequest, fact_id: uuid.UUID):
     """One fact with its supersession chain, its audit trail and the sessions it was recalled in."""
     fact = _fact(request, fact_id)
-    _readable(fact.user)
+    readable(fact.user)
     d = facts.detail(fact)
     return Status(
         200,

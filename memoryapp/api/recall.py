@@ -8,6 +8,7 @@ from ninja import Router, Status
 from memoryapp import recall as recalling
 from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS
+from memoryapp.api.facts import readable
 from memoryapp.api.schemas import PromptIn, PromptOut, RecallIn, RecallOut, SessionRecallOut
 from memoryapp.api.sessions import get_session
 from memoryapp.models import RecallLog
@@ -51,6 +52,7 @@ def prompt(request: HttpRequest, payload: PromptIn):
 def session_recall(request: HttpRequest, session_id: uuid.UUID):
     """What was injected into this session's memory block, and why (tier, score)."""
     session = get_session(request, session_id)
+    readable(session.user)  # the facts' texts are the person's memory: none of it while they keep it off
     logs = RecallLog.objects.filter(session=session).with_facts().order_by("created_at", "position")
     return Status(
         200,

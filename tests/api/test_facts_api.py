@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from memoryapp import clock, embeddings, extraction, sessions, writing
+from memoryapp import clock, embeddings, extraction, recall, sessions, writing
 from memoryapp.models import AgentSession, ExtractionRun, FactCandidate, FactEvent, MemoryFact, Organization, RecallLog
 from tests.conftest import Api
 
@@ -408,10 +408,14 @@ def test_support_console_shows_which_agent_key_wrote_it(api, alice, scripted, ma
     assert "Agent (API)" in page and "API key &#x27;test&#x27;" in page
 
 
-def test_with_memory_off_an_agent_reads_none_of_it_but_the_export_still_works(api, alice):
+def test_with_memory_off_an_agent_reads_none_of_it_but_the_export_still_works(api, org, alice):
     fact = _fact(alice, "The user is looking for a new job.", "goal")
+    session = sessions.open_session(org, alice)
+    assert "new job" in recall.recall(session, "Any news on the job hunt?").block
+    given = f"/v1/sessions/{session.id}/recall"
+    assert "new job" in api.get(given).content.decode()
     writing.set_memory_switch(alice, False)
-    for path in ("/v1/users/alice/facts", "/v1/users/alice/pending", f"/v1/facts/{fact.id}"):
+    for path in ("/v1/users/alice/facts", "/v1/users/alice/pending", f"/v1/facts/{fact.id}", given):
         refused = api.get(path)
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "memory_off", path
         assert "new job" not in refused.content.decode()
