@@ -75,6 +75,8 @@ def parse_answer(raw):
         except writing.FactRejected as exc:
             result.dropped.append((item, str(exc)))
             continue
+        if scope == "org" and writing.about_one_person(checked.text):
+            scope = "personal"  # about the person who said it, whatever the model called it
         key = (re.sub(r"[^\w]+", " ", checked.text.casefold()).strip(), scope)
         if key in seen:
             continue  # the same fact twice in one answer

@@ -1,6 +1,7 @@
 """Storing facts: supersession, confirmation, corrections and deletion, one user at a time."""
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -232,6 +233,20 @@ def _actor_for(origin):
     }[origin]
 
 
+# An organisation's facts reach every member's block as facts about the organisation: one about "the
+# user" there would be read as true of each of them ("The user is vegetarian." for the whole company).
+_ABOUT_ONE_PERSON = re.compile(r"the user\b", re.IGNORECASE)
+ORG_FACT_ABOUT_A_PERSON = (
+    "an organisation's memory holds facts about the organisation, read in every member's conversations; "
+    "a fact about one person ('The user …') belongs in that person's own memory"
+)
+
+
+def about_one_person(text):
+    """True for a fact whose subject is the user ('The user …', "The user's …"): never an organisation fact."""
+    return bool(_ABOUT_ONE_PERSON.match(text))
+
+
 # How many times a fact is judged when what it was judged against keeps changing before the write.
 # A judgement goes stale only when another write landed meanwhile, so this many agents writing one
 # person's memory at once all get judged; more than that, and the last ones are kept unjudged.
@@ -297,6 +312,8 @@ class FactWrite:
             if exc.judgement is not None:  # refused by the judge (not a wrong shape): kept for the audit
                 record_refusal(user, org, text, kind, exc.judgement, origin, reason)
             raise
+        if org is not None and about_one_person(checked.text):
+            raise FactRejected(ORG_FACT_ABOUT_A_PERSON)
         self.text, self.kind, self.vector = checked.text, checked.kind, checked.vector
         self.judgement = checked.judgement
         # A candidate that may claim authority waits for the person's word, unless this is their word.
