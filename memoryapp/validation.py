@@ -206,6 +206,35 @@ def _meta(folded):
     return bool(_own_instructions().search(folded))
 
 
+# --- 4. secrets: what no prompt should carry -------------------------------------------------------------
+
+# A fact is put into prompts and shown on pages: a password, key or card number there would leak with it.
+_SECRET = re.compile(
+    "|".join(
+        [
+            # "the user's password is hunter2", not "… password is shared with their parents"
+            r"\b(?:password|passcode|passphrase|pin|pin code|api key|secret key|access key|access token|private key"
+            r"|security code|cvv)\s+(?:is|was)\s+(?:[\"'‘“]\S|\S*\d|\S+[.!]?$)",
+            r"\bAKIA[0-9A-Z]{16}\b",  # an AWS access key id
+            r"\b(?:sk|pk|rk)[-_](?:live[-_]|test[-_]|proj[-_])?[A-Za-z0-9]{20,}",  # Stripe and OpenAI keys
+            r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bxox[abprs]-[A-Za-z0-9-]{10,}",  # GitHub and Slack tokens
+            r"\b\d{3}-\d{2}-\d{4}\b",  # a US social security number
+        ]
+    ),
+    re.IGNORECASE,
+)
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){14,18}(?![\d-])")  # 15 to 19 digits: card numbers, not phones
+
+
+def _luhn(number):
+    digits = [int(d) for d in reversed(re.sub(r"\D", "", number))]
+    return sum(d if i % 2 == 0 else (2 * d if d < 5 else 2 * d - 9) for i, d in enumerate(digits)) % 10 == 0
+
+
+def _secret(text):
+    return bool(_SECRET.search(text)) or any(_luhn(m) for m in _CARD.findall(text))
+
+
 # --- what the judge can read ---------------------------------------------------------------------------
 
 
@@ -243,6 +272,7 @@ REFUSALS = [
     ("it carries markup, code or delimiters, not plain words", _structure, "folded"),
     ("it mixes alphabets inside a word, which disguises what it says", _mixed_script, "raw"),
     ("it addresses the assistant's own instructions", _meta, "folded"),
+    ("it holds a secret (a password, a key, a card or identity number), which memory never keeps", _secret, "raw"),
 ]
 PENDING_REASON = "it may claim authority, a permission, a role over others or an approval, or give an instruction"
 UNREADABLE_REASON = "it is in a language or an encoding the judge cannot read well"
