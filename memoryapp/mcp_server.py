@@ -19,7 +19,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from memoryapp import backends, facts, provenance, ratelimit, recall, sessions, writing
 from memoryapp.vocabulary import FACT_INPUT_MAX_CHARS, KindName
@@ -122,11 +122,37 @@ def fresh_connection(fn):
     return run
 
 
+class StrictServer(MCPServer):
+    """Tools refuse an argument they do not take, as the API does (a misspelt `session` or `stat` is never
+    dropped in silence), and a bad argument is worded as the API words it: field and reason, no library text."""
+
+    async def list_tools(self):
+        tools = await super().list_tools()
+        for tool in tools:
+            tool.input_schema = {**tool.input_schema, "additionalProperties": False}
+        return tools
+
+    async def call_tool(self, name, arguments, context=None):
+        taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}.get(name)
+        unknown = sorted(set(arguments) - taken) if taken is not None else []
+        if unknown:
+            takes = ", ".join(sorted(taken))
+            raise ToolError(f"Error executing tool {name}: invalid: {unknown[0]}: not an argument of {name} ({takes})")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            first = exc.__cause__.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "arguments"
+            raise ToolError(f"Error executing tool {name}: invalid: {field}: {first['msg']}") from None
+
+
 def build_server(fixed_key=None, fixed_user=None):
     """The MCP server. `fixed_key` pins one API key (stdio), else each HTTP request's Bearer key is used;
     `fixed_user` limits it to that one person."""
     caller = Caller(fixed_key, fixed_user)
-    server = MCPServer(name="memoryapp", title="memoryapp memory", version="1", instructions=INSTRUCTIONS)
+    server = StrictServer(name="memoryapp", title="memoryapp memory", version="1", instructions=INSTRUCTIONS)
     _add_read_tools(server, caller)
     _add_write_tools(server, caller)
     _add_resources(server, caller)

@@ -279,6 +279,29 @@ def test_stdio_refuses_to_start_with_a_bad_key(world):
     assert done.returncode != 0 and "not valid" in done.stderr and done.stdout == ""
 
 
+def test_a_tool_refuses_an_argument_it_does_not_take_and_words_a_bad_one_as_the_api(mcp_url, world):
+    """The API's `session` is the tools' `session_id`: sent to a tool, it must not be dropped in silence
+    (a memory-off session's write was stored), nor a misspelt filter list everything."""
+    off = sessions.open_session(world["acme"], world["alice"], memory="off")
+    remember = {"user": "alice", "text": "The user likes oolong tea.", "kind": "preference"}
+
+    async def steps(session):
+        schemas = {t.name: t.input_schema for t in (await session.list_tools()).tools}
+        wrong = await session.call_tool("remember_fact", {**remember, "session": str(off.id)})
+        typo = await session.call_tool("list_facts", {"user": "alice", "stat": "superseded"})
+        bad = await session.call_tool("list_facts", {"user": "alice", "limit": 0})
+        right = await session.call_tool("remember_fact", {**remember, "session_id": str(off.id)})
+        return schemas, _error(wrong), _error(typo), _error(bad), _error(right)
+
+    schemas, wrong, typo, bad, right = _over_http(mcp_url, world["key"], steps)
+    assert all(schema["additionalProperties"] is False for schema in schemas.values())
+    assert wrong.startswith("invalid: session: not an argument of remember_fact (") and "session_id" in wrong
+    assert typo.startswith("invalid: stat: not an argument of list_facts")
+    assert bad == "invalid: limit: Input should be greater than or equal to 1"  # no library text or link
+    assert right.startswith("memory_off")
+    assert not MemoryFact.objects.exists()
+
+
 def test_tools_refuse_what_the_api_refuses_and_the_body_limit_holds(mcp_url, world):
     """Issue 42 part 5: a 3.9 MB message cost 5.4 s of CPU over MCP; the API's caps apply to the tools."""
     writing.store(world["alice"], "The user likes chess.", "preference")
