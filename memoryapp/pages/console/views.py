@@ -198,11 +198,12 @@ def health(request):
 def poisoning_audit(request):
     flagged = poisoning.audit()
     held, held_per_day = pending.audit()
-    support_access.record_many(request.user, [c.user_id for c in held if c.user_id], "poisoning audit")
     # audit() computes a bounded list in Python: paged by its own sort key (paging.keyset_rows).
     page = keyset(request, flagged, poisoning.audit_key, PER_PAGE)
     prefetch_related_objects([f.fact for f in page.rows], "user__external_ids__org")
-    support_access.record_many(request.user, [f.fact.user_id for f in page.rows], "poisoning audit")
+    # One access per person shown, whether their fact is flagged, held or both.
+    shown_people = [c.user_id for c in held] + [f.fact.user_id for f in page.rows]
+    support_access.record_many(request.user, shown_people, "poisoning audit")
     shown = [f.fact.id for f in page.rows]
     kept = FactEvent.objects.filter(fact_id__in=shown, action=FactEvent.Action.KEPT).values_list("fact_id", flat=True)
     return render(
