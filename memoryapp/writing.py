@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Replace
@@ -367,7 +368,7 @@ class FactWrite:
         # Why the lock: two sessions of one user ending together must not both insert the same fact or
         # supersede each other's rows half-way. Held only for this short transaction, never over a call.
         _lock_owner(self.replaces or self.org or self.user)
-        if self.org is None and self.replaces is None and not type(self.user).objects.filter(pk=self.user.pk).exists():
+        if self.org is None and self.replaces is None and not get_user_model().objects.filter(pk=self.user.pk).exists():
             # Erased while the fact was judged: the erasure held this lock and is committed now.
             raise Gone("this person's memory was erased meanwhile")
         if self.held:
