@@ -72,3 +72,25 @@ def test_a_deleted_fact_is_gone_from_the_export(org, alice, scripted, travel):
     assert not [r for r in doc["recall_logs"] if r["fact"] in (str(target.id), str(old.id))]
     trail = [e["action"] for e in doc["fact_events"] if e["fact"] in (str(target.id), str(old.id))]
     assert trail == ["deleted"]
+
+
+def test_the_readable_download_names_the_fact_of_each_history_row_in_words(org, alice):
+    import html
+    import re
+
+    from django.test import Client
+
+    rust = writing.store(alice, "The user wants to learn Rust this year.", "goal").fact
+    writing.correct_fact(rust, "The user wants to learn Zig this year.", "goal", actor_user=alice)
+    tea = writing.store(alice, "The user drinks green tea.", "preference").fact
+    writing.delete_fact(tea, actor=FactEvent.Actor.USER, actor_user=alice)
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/me/data/export.html").content.decode()
+    rows = [html.unescape(re.sub(r"<[^>]+>", " ", r)).split() for r in re.findall(r"<tr>(.*?)</tr>", page, re.S)]
+    rows = [" ".join(r) for r in rows]
+    assert any("You want to learn Rust this year. remembered from a conversation" in r for r in rows), rows
+    assert any("You want to learn Rust this year. replaced you" in r for r in rows), rows
+    assert any("You want to learn Zig this year. corrected you" in r for r in rows), rows
+    assert any("a fact since deleted deleted you" in r for r in rows), rows
+    assert not any(" extractor " in f" {r} " for r in rows)  # codes stay in the JSON

@@ -99,6 +99,49 @@ def why_in_words(reason):
     return re.sub(r"^(?:to confirm|refused): ", "", str(reason or ""))
 
 
+# A fact's audit events in words, for the person's readable download (the JSON keeps the codes).
+EVENT_WORDS = {
+    "created": "remembered",
+    "confirmed": "said again",
+    "superseded": "replaced",
+    "corrected": "corrected",
+    "deleted": "deleted",
+    "expired": "forgotten, as unused or out of date",
+    "restored": "brought back",
+    "proposed": "suggested to your organisation",
+    "approved": "approved",
+    "rejected": "rejected",
+    "pending": "held for your word",
+    "kept": "kept",
+    "discarded": "discarded",
+    "lapsed": "dropped, never answered",
+}
+ACTOR_WORDS = {
+    "extractor": "from a conversation",
+    "user": "you",
+    "staff": "support staff",
+    "org_admin": "an organisation admin",
+    "forgetting": "forgetting",
+    "agent": "an assistant (API)",
+    "mcp": "an assistant (MCP)",
+}
+
+
+def history_in_words(doc):
+    """The export document's fact events, each with its fact's text and in words, oldest first."""
+    texts = {str(f["id"]): f["text"] for f in doc["facts"]}
+    return [
+        {
+            "at": parse_datetime(e["at"]),
+            "text": texts.get(e["fact"]),
+            "what": EVENT_WORDS.get(e["action"], e["action"]),
+            "by": ACTOR_WORDS.get(e["actor"], e["actor"]),
+            "why": e["reason"] or "",
+        }
+        for e in doc["fact_events"]
+    ]
+
+
 def how_many_times(n):
     """1 -> 'once', 2 -> 'twice', else 'n times'."""
     return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")

@@ -55,6 +55,7 @@ from memoryapp.pages.display import (
     LATELY_DAYS,
     access_words,
     as_yours,
+    history_in_words,
     why_in_words,
 )
 from memoryapp.pages.forms import FactForm
@@ -816,7 +817,8 @@ def export_json(request):
 def export_html(request):
     """Download everything held about me as one readable page (the JSON export's document, rendered)."""
     doc = exporting.export_user(request.user)
-    response = render(request, "me/export.html", {"doc": doc, "memory_on": doc["memory_switch"]["enabled"]})
+    context = {"doc": doc, "history": history_in_words(doc), "memory_on": doc["memory_switch"]["enabled"]}
+    response = render(request, "me/export.html", context)
     filename = f"my-memory-{clock.now():%Y-%m-%d}.html"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
