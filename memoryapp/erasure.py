@@ -158,9 +158,13 @@ def erase_user(user, requested_via):
         _forget_cached_sessions(login_keys)
         # The account row cascades to every table keyed by user_id (sessions cascade to turns,
         # runs and recall logs; facts to their recall logs and forgetting entries).
+        signs_in = people.can_sign_in(user)
         _, by_model = user.delete()
         for label, n in by_model.items():
             counts[_count_key(label)] += n
+        counts.pop("sign_ins", None)  # the index of the sign-in sessions counted above, not more of them
+        if not signs_in:  # a person an assistant remembered, who never had an account of their own
+            counts["remembered_person"] = counts.pop("account", 0)
         receipt = ErasureReceipt.objects.create(
             subject_ref=ref,
             requested_via=requested_via,

@@ -40,6 +40,14 @@ def lifetime():
     return timedelta(minutes=settings.MEMORY["PORTAL_LINK_MINUTES"])
 
 
+API_KEY_MAKER = "API key "  # how a link an agent asked for records its key: "API key 'desk agent'"
+
+
+def maker_in_words(made_by):
+    """Who asked for a link, for the person opening it: an admin as recorded, or None for their assistant."""
+    return None if not made_by or made_by.startswith(API_KEY_MAKER) else made_by
+
+
 def issue_link(user, base_url="", org=None, made_by=""):
     """A new signed, one-time link for `user`: returns (url, expires_at); only a hash is stored.
 
@@ -80,8 +88,8 @@ def _usable_link(token):
 
 
 def check(token):
-    """The person a link is for, or the PortalError it would give, without using it (a GET only looks)."""
-    return _usable_link(token).user
+    """The link (its person, who asked for it), or the PortalError it would give, unused (a GET only looks)."""
+    return _usable_link(token)
 
 
 def redeem(token):

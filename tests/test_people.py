@@ -341,6 +341,10 @@ def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_m
     for path in ("/me/data/", "/me/erase/"):
         shown = browser.get(path).content.decode()
         assert "and account" not in shown and "Your account name" not in shown, path
-    assert "Erase my memory" in shown
+    assert "Erase my memory" in shown and "the record of you" in shown and "account itself" not in shown
     readable = browser.get("/me/data/export.html").content.decode()
     assert "Everything held about you" in readable and person.username not in readable
+    # Erased, the receipt speaks of the record of them, and counts their sign-in sessions once.
+    receipt = browser.get(browser.post("/me/erase/", {"confirm": "ERASE"})["Location"]).content.decode()
+    assert "the record of you is gone" in receipt and "your account" not in receipt
+    assert "record of you (you had no account)" in receipt and "sign ins" not in receipt

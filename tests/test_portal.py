@@ -43,6 +43,19 @@ def test_the_api_issues_a_link_that_signs_the_person_in_once(api, person):
     assert again.status_code == 410 and "already been used" in again.content.decode()
 
 
+def test_the_link_says_who_made_it_an_admin_by_name_an_agent_as_the_assistant(api, org, person, make_user):
+    from memoryapp import orgs
+
+    admin = make_user("boss", org=org, role="admin")
+    identity = ExternalIdentity.objects.get(user=person)
+    by_admin, _ = orgs.portal_link_for(identity, "http://testserver", admin)
+    shown = Client().get(path_of(by_admin)).content.decode()
+    assert "This link was made by boss, an admin of Acme, so you can" in shown and "Your assistant made" not in shown
+    by_agent = issue(api).json()["url"]
+    shown = Client().get(path_of(by_agent)).content.decode()
+    assert "Your assistant made this link" in shown and "API key" not in shown
+
+
 def test_only_a_hash_of_the_token_is_stored(person):
     url, _ = portal.issue_link(person)
     token = url.rstrip("/").rsplit("/", 1)[1]

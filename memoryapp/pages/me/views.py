@@ -73,6 +73,7 @@ ERASE_WORD = "ERASE"
 # Friendlier names for the erasure receipt's counts; unknown keys are shown as they are.
 RECEIPT_LABELS = {
     "account": "account",
+    "remembered_person": "record of you (you had no account)",
     "facts": "facts, all versions",
     "facts_live": "of which in use",
     "facts_superseded": "of which replaced versions",
@@ -203,9 +204,11 @@ def portal_link(request, token):
     """
     try:
         if request.method == "GET":
-            remembered = portal.check(token)
+            link = portal.check(token)
+            remembered = link.user
             idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
             context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request)}
+            context["made_by"] = portal.maker_in_words(link.made_by)
             if context["may_link"]:  # what "This is me" would add, said before it is pressed
                 live = MemoryFact.objects.for_user(remembered).live().count()
                 context.update(known_as=people.identities(remembered), live_facts=live)
