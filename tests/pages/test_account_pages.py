@@ -462,6 +462,11 @@ def test_switch_off_applies_to_open_sessions_and_says_so(as_alice, alice, seeded
 def test_with_no_conversation_open_the_switch_names_none(as_alice, alice):
     page = text_of(as_alice.get("/me/settings/", follow=True))
     assert "Turning memory off stops this at once." in page and "0 conversations" not in page
+    sessions.open_session(None, alice, memory="off")  # already off: the switch changes nothing there
+    page = text_of(as_alice.get("/me/settings/", follow=True))
+    assert "Turning memory off stops this at once." in page and "1 conversation" not in page
+    sessions.open_session(None, alice)
+    assert "including in the 1 conversation open right now" in text_of(as_alice.get("/me/settings/", follow=True))
 
 
 def test_switch_rejects_nonsense(as_alice, alice):

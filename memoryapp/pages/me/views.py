@@ -742,7 +742,8 @@ def memory_switch(request):
 
 def _switch_context(user, error=None):
     return {
-        "open_sessions": AgentSession.objects.for_user(user).open().count(),
+        # Only those the switch would change: a conversation opened with memory off stays off either way.
+        "open_sessions": AgentSession.objects.for_user(user).open().exclude(memory=AgentSession.Memory.OFF).count(),
         "off_sessions": AgentSession.objects.for_user(user).filter(memory=AgentSession.Memory.OFF).count(),
         "error": error,
         "goal_days": settings.MEMORY["STALE_DAYS"]["personal"].get("goal"),
