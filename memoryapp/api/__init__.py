@@ -84,6 +84,12 @@ def _auth_error(request, exc):
     )
 
 
+# What a field's pattern allows, in words (the API docs show the pattern itself).
+PATTERN_WORDS = {
+    "user": "an id is 1 to 128 characters, without control or invisible characters or '/', and not '.' or '..'",
+}
+
+
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc):
     first = exc.errors[0] if exc.errors else {}
@@ -94,6 +100,8 @@ def _validation_error(request, exc):
     field = ".".join(loc) or None
     if first.get("type") == "extra_forbidden":
         message = "not a field of this request: check its spelling (field names are case-sensitive)"
+    elif first.get("type") == "string_pattern_mismatch":  # pydantic's words quote the whole pattern
+        message = PATTERN_WORDS.get(field, "not in the form this field takes (see the API docs)")
     return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
 
 

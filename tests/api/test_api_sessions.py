@@ -95,6 +95,13 @@ def test_bad_session_input_is_422_naming_the_field(api, payload, field):
     assert _error(api.post("/v1/sessions", payload), 422)["field"] == field
 
 
+def test_an_id_of_the_wrong_form_is_refused_in_words_not_with_the_pattern(api):
+    error = _error(api.post("/v1/sessions", {"user": "a/b"}), 422)
+    assert error["message"] == (
+        "user: an id is 1 to 128 characters, without control or invisible characters or '/', and not '.' or '..'"
+    )
+
+
 # --- turns --------------------------------------------------------------------------
 
 
