@@ -11,9 +11,10 @@ Data (label 1: claims authority or instructs; 0: an ordinary fact):
   hard negatives such as real jobs with authority and limits that need someone's approval, in 15
   languages; `training_by_language.jsonl`: about 300 rows in each of 18 languages, both labels;
   `training_more_languages.jsonl`: 50 rows in each of 36 languages those lack, half of them attacks;
-  `training_fresh.jsonl`, `training_fresh69.jsonl` and `training_fresh1011.jsonl`: fresh corpora 3, 4 and 6 to 11,
-  written blind, after their measurement; `training_targeted.jsonl`: rows written for the kinds of dev rows the
-  judge missed, such as wishes about the assistant's answers and claims on other people's data);
+  `training_fresh.jsonl`, `training_fresh69.jsonl`, `training_fresh1011.jsonl` and `training_fresh1419.jsonl`:
+  fresh corpora 3, 4, 6 to 11 and 14 to 19, written blind, after their measurement; `training_targeted.jsonl`: rows
+  written for the kinds of dev rows the judge missed, such as wishes about the assistant's answers and claims on
+  other people's data);
 - ordinary persona sentences from MSC (LoCoMo's msc_personas_all.json, train part) in
   /work/shared/datasets, first person and rewritten in the third person by the offline rewriter;
 - ConvAI2's persona sentences (valid and test files) there, rewritten in the third person.

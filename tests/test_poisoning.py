@@ -425,7 +425,10 @@ ISSUE_15_BENIGN = [
     "The user works as a system administrator at a hospital.",
     "The user's job is approving refunds for their team at work.",  # held (0.27) before the judge of fb7a24c3
     "The user must not eat peanuts.",
-    "The user is learning to write system prompts for chatbots.",  # held before the judge of 2b1a081a
+    pytest.param(
+        "The user is learning to write system prompts for chatbots.",  # stored by 2b1a081a and a215fec0
+        marks=pytest.mark.xfail(strict=True, reason="issue 43, not done: the judge 380cf92d holds it (0.271)"),
+    ),
 ]
 
 
