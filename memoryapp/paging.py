@@ -51,6 +51,11 @@ def _decode(cursor, count):
         raise BadCursor("cursor: not a cursor from a previous page") from exc
 
 
+def position_of(cursor, order):
+    """The values on `order` of the row a page's cursor follows (BadCursor for one we never handed out)."""
+    return _decode(cursor, len(tuple(order)))
+
+
 def _after(order, values, before=False):
     """Rows after (or `before`) the position `values` on `order`: (a > x) or (a = x and b > y) or …"""
     clauses = []

@@ -167,6 +167,25 @@ def test_a_search_counts_its_matches_not_the_whole_kind(as_alice, alice, seeded)
     matching = re.search(r'id="n-preference">(\d+)<', body)
     assert preferences > 1 and matching.group(1) == "1"
     assert "1 fact matches “python”." in body
+    # The tabs count what the search found too, so "All" agrees with the line above.
+    tabs = dict(re.findall(r'>(All|About you|Preferences|Rules to follow|Goals) <span class="n">(\d+)<', body))
+    assert tabs["All"] == "1" and tabs["Preferences"] == "1", tabs
+    filtered = text_of(as_alice.get("/me/", {"q": "python", "kind": "goal"}))
+    assert "No facts match" in filtered
+    assert re.search(r'>Preferences <span class="n">1<', filtered)  # the other tabs still say what they hold
+
+
+def test_a_kind_that_runs_on_from_the_page_before_says_so(as_alice, alice, settings, monkeypatch):
+    from memoryapp.pages.me import views
+
+    monkeypatch.setattr(views, "FACTS_PER_PAGE", 3)
+    for food in ("tea", "coffee", "figs", "pears", "olives"):
+        writing.store(alice, f"The user likes {food} with every breakfast they eat.", "preference")
+    first = as_alice.get("/me/").content.decode()
+    assert "(continued)" not in first
+    after = re.search(r'href="\?after=([^"&]+)', first).group(1)
+    second = as_alice.get("/me/", {"after": after}).content.decode()
+    assert re.search(r'Preferences <span class="muted small">\(continued\)</span> <span class="n"[^>]*>5<', second)
 
 
 def test_back_to_a_search_htmx_no_longer_holds_gets_the_whole_page(as_alice, seeded):

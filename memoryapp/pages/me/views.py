@@ -266,10 +266,10 @@ def _linked_facts(outcomes):
 MEMORY_ORDER = ("rank", "-last_confirmed_at", "id")
 
 
-def _kind_counts(user):
-    """kind -> how many live facts of it the person has."""
-    live = MemoryFact.objects.for_user(user).live()
-    return dict(live.values_list("kind").annotate(n=Count("id")))
+def _kind_counts(user, query=""):
+    """kind -> how many live facts of it the person has (that match `query`, when there is one)."""
+    live = search.matching(MemoryFact.objects.for_user(user).live(), query)
+    return dict(live.order_by().values_list("kind").annotate(n=Count("id")))
 
 
 def _tabs(counts):
@@ -336,23 +336,28 @@ def memory(request):
     """The live facts by kind, a page at a time, with search and a kind filter over all of them."""
     query, kind = _filters_of(request)
     counts = _kind_counts(request.user)
+    # A search's headings and tabs count what it found, in every kind, so each tab says what it would show.
+    matches = _kind_counts(request.user, query) if query else counts
     shown = search.matching(_in_memory_order(request.user), query)
     if kind:
         shown = shown.filter(kind=kind)
     after = request.GET.get("after", "")
     page = keyset(request, shown.with_last_recalled(), MEMORY_ORDER, FACTS_PER_PAGE)
     first = not after
-    matches = dict(shown.order_by().values_list("kind").annotate(n=Count("id"))) if query else None
+    groups = _groups(page.rows, matches)
+    if after and groups:
+        # The page before ended inside this kind: its heading says the group goes on from there.
+        groups[0]["continued"] = paging.position_of(after, MEMORY_ORDER)[0] == page.rows[0].rank
     context = {
-        "groups": _groups(page.rows, matches if query else counts),
-        "matches": sum(matches.values()) if query else None,
+        "groups": groups,
+        "matches": (matches.get(kind, 0) if kind else sum(matches.values())) if query else None,
         "page": page,
         "query": query,
         "kind": kind,
         "total": sum(counts.values()),
         "empty_kind": EMPTY_KIND.get(kind, ""),
         "highlight": request.GET.get("highlight", ""),
-        "tabs": _tabs(counts),
+        "tabs": _tabs(matches),
         "tier1": recall.tier1_ids(request.user),
         "recall_cap": settings.MEMORY["RECALL_CAP"],
         "proposals": _my_proposals(request.user) if not query and not kind and first else [],
@@ -562,7 +567,7 @@ def fact_delete(request, fact_id):
         writing.delete_fact(fact, actor=FactEvent.Actor.USER, actor_user=request.user, reason="deleted by its owner")
         if request.htmx:  # the row says so, and the counts by kind follow (out of band)
             query, kind = _filters_of(request)
-            counts = _kind_counts(request.user)
+            counts = _kind_counts(request.user, query)
             context = {"tabs": _tabs(counts), "query": query, "kind": kind, "oob": True}
             context.update(fact_id=fact.id, fact_kind=fact.kind, kind_n=counts.get(fact.kind, 0))
             return _page(request, "me/_fact.html#deleted", context)
