@@ -4,6 +4,7 @@ from django import forms
 
 from memoryapp import validation
 from memoryapp.backends.phrasing import stored_voice
+from memoryapp.pages.display import why_in_words
 from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
 
 
@@ -40,4 +41,10 @@ class FactForm(forms.Form):
             )
         if "<" in text or ">" in text:
             raise forms.ValidationError("A fact is plain text: remove the < and > characters. Nothing was saved.")
-        return stored_voice(text) if self.personal else text
+        text = stored_voice(text) if self.personal else text
+        # The frozen checks (shape, markup, disguise, secrets) need no model: said with any other error of
+        # the form at once, in the words every fact form uses.
+        refused = validation.refusal(text, "profile")
+        if refused:
+            raise forms.ValidationError(f"This can't be saved: {why_in_words(refused)}. Nothing was saved.")
+        return text

@@ -30,6 +30,7 @@ from memoryapp.models import (
     OrgFactProposal,
     default_scopes,
 )
+from memoryapp.pages.display import why_in_words
 from memoryapp.pages.forms import FactForm
 from memoryapp.pages.rendering import form_status, hx_redirect, page_or_partial
 from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
@@ -212,7 +213,7 @@ def fact_add(request, org, membership):
         try:
             result = orgs.add_fact(org, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
         except FactRejected as exc:
-            form.add_error("text", str(exc))
+            form.add_error("text", f"This can't be saved: {why_in_words(exc)}.")
         except ModelUnavailable:  # MODEL_STRICT and the verdict model did not answer in time
             form.add_error(None, "The verdict model did not answer, so nothing was added. Try again in a minute.")
         else:
@@ -242,7 +243,7 @@ def fact_edit(request, org, membership, fact_id):
         try:
             result = orgs.correct_fact(fact, request.user, form.cleaned_data["text"], form.cleaned_data["kind"])
         except FactRejected as exc:
-            form.add_error("text", str(exc))
+            form.add_error("text", f"This can't be saved: {why_in_words(exc)}.")
         else:
             done = (
                 HELD_NOTICE
