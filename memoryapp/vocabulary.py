@@ -13,12 +13,17 @@ ALWAYS_ON_KINDS = ("constraint", "profile")
 KIND_ORDER = ("constraint", "profile", "preference", "goal")
 # The neutral names, for staff and agents (a profile fact is not "about you" to a support agent).
 KIND_LABELS = {"constraint": "Constraint", "profile": "Profile", "preference": "Preference", "goal": "Goal"}
-# What each kind is, for the forms that ask for one.
+# What each kind is, for the forms that ask for one, in the names the pages use: a person's profile
+# facts are "About you", an organisation's "About the team".
 KIND_CHOICES = [
     ("constraint", "Constraint: a rule the assistant must respect"),
-    ("profile", "Profile: who someone is, what they work with"),
+    ("profile", "About the team: who the team is, what it works with"),
     ("preference", "Preference: how things should be done"),
     ("goal", "Goal: something being worked towards"),
+]
+PERSONAL_KIND_CHOICES = [
+    ("profile", "About you: who you are, what you work with") if kind == "profile" else (kind, label)
+    for kind, label in KIND_CHOICES
 ]
 FACT_MAX_CHARS = 200
 # How a fact's words are matched (search and recall's word side): English stemming with accents

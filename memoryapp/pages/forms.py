@@ -5,7 +5,7 @@ from django import forms
 from memoryapp import validation
 from memoryapp.backends.phrasing import stored_voice
 from memoryapp.pages.display import why_in_words
-from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES
+from memoryapp.vocabulary import FACT_MAX_CHARS, KIND_CHOICES, PERSONAL_KIND_CHOICES
 
 
 class FactForm(forms.Form):
@@ -29,6 +29,8 @@ class FactForm(forms.Form):
         super().__init__(*args, **kwargs)
         # A person's own fact is written to them in the second person and stored in the third.
         self.personal = personal
+        if personal:
+            self.fields["kind"].choices = PERSONAL_KIND_CHOICES
         if text_label:
             self.fields["text"].label = text_label
 

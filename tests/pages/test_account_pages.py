@@ -213,6 +213,7 @@ def test_correct_without_javascript_supersedes_with_a_user_fact(as_alice, alice,
     old = live_fact(alice, "Python")
     form = as_alice.get(f"/me/facts/{old.id}/correct/")
     assert form.status_code == 200 and "Save correction" in text_of(form)
+    assert "About you: who you are" in text_of(form)  # the kind's name on My memory, not "Profile"
     response = as_alice.post(
         f"/me/facts/{old.id}/correct/", {"text": "The user likes examples written in Go.", "kind": "preference"}
     )
