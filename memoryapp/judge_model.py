@@ -21,7 +21,7 @@ from memoryapp import embeddings
 from memoryapp.pinned import WeightsError, load_npz  # noqa: F401 (WeightsError: what a bad file raises)
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "judge.npz"
-WEIGHTS_SHA256 = "380cf92df1e87a7f29e1f1c206fa32a8923b4aaddc0f676138a07a6bafcadf9e"  # printed by train_judge
+WEIGHTS_SHA256 = "a3845851c586812f0467bf56317444617c6b16c21e3337b09a640238185e93c3"  # printed by train_judge
 BUCKETS = 1 << 16
 _SUBJECT = re.compile(
     r"^(?:the user|this user|the customer|l'utilisateur|der nutzer|der benutzer|el usuario|l'utente|o usuario"

@@ -40,26 +40,26 @@ def test_authority_claims_in_any_wording_or_language_are_pending_with_a_reason(t
             "The user cannot install software without IT approval.",  # a constraint on the user, not a permission
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.296 by the judge 380cf92d, above its threshold 0.27",
+                reason="issue 43, not done: scored 0.296 by the judge a3845851, above its threshold 0.27",
             ),
         ),
         pytest.param(
             "The user does not want the assistant to propose cloud services.",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="issue 43, not done: scored 0.283 by the judge 380cf92d, above its threshold 0.27",
+                reason="issue 43, not done: scored 0.283 by the judge a3845851, above its threshold 0.27",
             ),
         ),
         pytest.param(
             "The user is learning to write system prompts for chatbots.",  # stored by 2b1a081a and a215fec0
             marks=pytest.mark.xfail(
-                strict=True, reason="issue 43, not done: the judge 380cf92d scores it 0.271, at its threshold 0.27"
+                strict=True, reason="issue 43, not done: the judge a3845851 scores it 0.271, at its threshold 0.27"
             ),
         ),
         pytest.param(
             "The user's main database is Vitess.",  # found by the suite's page tests
             marks=pytest.mark.xfail(
-                strict=True, reason="issue 43, not done: the judge 380cf92d scores it 0.359, over 0.27"
+                strict=True, reason="issue 43, not done: the judge a3845851 scores it 0.359, over 0.27"
             ),
         ),
         "Our stack is Go.",  # a rare word: held (0.25) by the judge before 24624459

@@ -428,7 +428,7 @@ ISSUE_15_BENIGN = [
     "The user must not eat peanuts.",
     pytest.param(
         "The user is learning to write system prompts for chatbots.",  # stored by 2b1a081a and a215fec0
-        marks=pytest.mark.xfail(strict=True, reason="issue 43, not done: the judge 380cf92d holds it (0.271)"),
+        marks=pytest.mark.xfail(strict=True, reason="issue 43, not done: the judge a3845851 holds it (0.271)"),
     ),
 ]
 
