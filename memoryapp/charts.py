@@ -6,6 +6,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 WIDTH, HEIGHT = 720, 240
+# A phone's chart: drawn for its width, so the axes and labels are read without scrolling or shrinking.
+NARROW_WIDTH, NARROW_HEIGHT = 360, 220
+LABEL_SPACE = 84  # horizontal room one x-axis label needs, in viewBox units
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 48, 16, 24, 36
 
 
@@ -150,7 +153,9 @@ def line_chart(points, title, *, reference=None, reference_label="", y_max=None,
                 height / 2,
             )
         )
-    return _frame(title, mark_safe("".join(parts)), top, _label_step(n), [p.label for p in points], width, height)
+    return _frame(
+        title, mark_safe("".join(parts)), top, _label_step(n, width), [p.label for p in points], width, height
+    )
 
 
 def stacked_bars(rows, categories, title, *, width=WIDTH, height=HEIGHT):
@@ -196,7 +201,9 @@ def stacked_bars(rows, categories, title, *, width=WIDTH, height=HEIGHT):
                 height / 2,
             )
         )
-    return _frame(title, mark_safe("".join(parts)), top, _label_step(n), [label for label, _ in rows], width, height)
+    return _frame(
+        title, mark_safe("".join(parts)), top, _label_step(n, width), [label for label, _ in rows], width, height
+    )
 
 
 def legend(categories, names):
@@ -209,5 +216,15 @@ def legend(categories, names):
     )
 
 
-def _label_step(n):
-    return max(1, -(-n // 8))
+def _label_step(n, width):
+    fits = max(2, (width - PAD_LEFT - PAD_RIGHT) // LABEL_SPACE)
+    return max(1, -(-n // fits))
+
+
+def responsive(draw, *args, **kwargs):
+    """`draw(*args, **kwargs)` twice, for screens and for phones; the stylesheet shows the one that fits."""
+    return format_html(
+        '<div class="chart-wide">{}</div><div class="chart-narrow">{}</div>',
+        draw(*args, **kwargs),
+        draw(*args, width=NARROW_WIDTH, height=NARROW_HEIGHT, **kwargs),
+    )

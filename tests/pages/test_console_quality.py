@@ -134,11 +134,27 @@ def test_quality_page_charts_carry_the_same_numbers(staff_client, fixture):
     assert points[m2] == "75" and points[m1] == "50"  # precision charted in percent
     # the spike is marked on the chart and named above it
     assert re.search(rf'<circle class="point spike"[^>]*data-label="{w2}"', page)
-    assert page.count('class="point spike"') == 1 and f"week of {w2} (50.0 per 100 writes)" in page
+    # one spike, in the chart drawn for screens and in the one drawn for phones (the stylesheet shows one)
+    wide, narrow = page.split('<div class="chart-wide">')[2], page.split('<div class="chart-narrow">')[2]
+    assert wide.split("</svg>")[0].count('class="point spike"') == 1
+    assert narrow.split("</svg>")[0].count('class="point spike"') == 1
+    assert page.count('class="point spike"') == 2 and f"week of {w2} (50.0 per 100 writes)" in page
     assert "0.83 average" in page  # 5 facts / 6 sessions
     assert "1 injected fact waiting for review" in page
     # no inline styles or scripts in the SVG (CSP)
     assert " style=" not in page and not re.search(r"<script(?![^>]*\ssrc=)", page)
+
+
+def test_a_phone_gets_a_chart_drawn_for_its_width_with_fewer_labels():
+    from types import SimpleNamespace as P
+
+    weeks = [P(label=f"2026-{m:02d}-01", value=m) for m in range(1, 14)]
+    both = str(charts.responsive(charts.line_chart, weeks, "By week"))
+    wide, narrow = both.split('<div class="chart-narrow">')
+    assert 'viewBox="0 0 720 240"' in wide and 'viewBox="0 0 360 220"' in narrow
+    x_label = r'class="tick" x="[^"]+" y="[^"]+" text-anchor="middle">'
+    labels = [len(re.findall(x_label, part)) for part in (wide, narrow)]
+    assert labels[0] > labels[1] >= 3  # each label keeps room for its text at the phone's width
 
 
 def test_review_queue_sample_and_judge(staff_client, org):

@@ -175,9 +175,11 @@ HOUR_NAMES = {
 def health(request):
     data = metrics.extraction_health()
     rows = [(h.strftime("%H:00"), counts) for h, counts in data.hours]
-    chart = charts.stacked_bars(rows, data.categories, "Extraction runs per hour by outcome, last 24 hours")
+    chart = charts.responsive(
+        charts.stacked_bars, rows, data.categories, "Extraction runs per hour by outcome, last 24 hours"
+    )
     cost_points = [_Bar(day["day"].strftime("%m-%d"), float(day["cost_usd"])) for day in data.usage]
-    cost_chart = charts.line_chart(cost_points, "Extraction cost per day (USD)")
+    cost_chart = charts.responsive(charts.line_chart, cost_points, "Extraction cost per day (USD)")
     context = {
         "health": data,
         "chart": chart,
@@ -281,16 +283,19 @@ def quality(request):
         "weeks": weeks,
         "fps": fps,
         "fps_avg": metrics.average(fps),
-        "fps_chart": charts.line_chart(
-            fps, "New facts per session, by week", reference=1, reference_label="1 per session"
+        "fps_chart": charts.responsive(
+            charts.line_chart, fps, "New facts per session, by week", reference=1, reference_label="1 per session"
         ),
         "contradiction": contradiction,
         "contradiction_avg": None if c_avg is None else 100 * c_avg,
         "spikes": [p for p in contradiction if p.spike],
-        "contradiction_chart": charts.line_chart(contradiction, "Supersessions per 100 writes, by week"),
+        "contradiction_chart": charts.responsive(
+            charts.line_chart, contradiction, "Supersessions per 100 writes, by week"
+        ),
         "precision": precision,
         "precision_avg": metrics.average(precision),
-        "precision_chart": charts.line_chart(
+        "precision_chart": charts.responsive(
+            charts.line_chart,
             [_Bar(p.label, None if p.value is None else round(100 * p.value, 1)) for p in precision],
             "Recall precision per month (% of injected facts judged relevant)",
             y_max=100,
