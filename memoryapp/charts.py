@@ -55,13 +55,20 @@ def _frame(title, body, y_max, label_every, labels, width, height):
         )
     xs = []
     n = max(1, len(labels))
-    for i, label in enumerate(labels):
-        if i % label_every and i != n - 1:
-            continue
+    shown = list(range(0, n, label_every))
+    if shown[-1] != n - 1:  # the newest is always labelled, in place of a neighbour it would overlap
+        shown[-1 if n - 1 - shown[-1] < label_every else len(shown) :] = [n - 1]
+    for i in shown[: len(labels)]:
         x = PAD_LEFT + plot_w * (i + 0.5) / n
+        # A label that would run past the edge is set against it.
+        anchor, x = ("end", width - 2) if x + LABEL_SPACE / 2 > width else ("middle", x)
         xs.append(
             format_html(
-                '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>', f"{x:.1f}", height - 12, label
+                '<text class="tick" x="{}" y="{}" text-anchor="{}">{}</text>',
+                f"{x:.1f}",
+                height - 12,
+                anchor,
+                labels[i],
             )
         )
     return format_html(
