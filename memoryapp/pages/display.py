@@ -156,6 +156,10 @@ _LEAD = re.compile(rf"^The user ((?:{_BEFORE_THE_VERB}\s+)*)([^\s.,;:!?]+)(.*)$"
 _INNER = re.compile(r"\bthe user(?:'s|’s)\b|\bthe user\b", re.IGNORECASE)
 
 
+_THEIR = re.compile(r"\b(?:their|theirs|themselves|themself)\b", re.IGNORECASE)
+_YOURS = {"their": "your", "theirs": "yours", "themselves": "yourself", "themself": "yourself"}
+
+
 def _verb_for_you(verb):
     low = verb.lower()
     if low in _IRREGULAR:
@@ -179,6 +183,8 @@ def as_yours(text):
     if match is None:
         return text
     before, verb, rest = match.groups()
+    # With the user as subject, "their" is theirs: the rewrite of "I take my kids" says "their kids".
+    rest = _THEIR.sub(lambda m: _YOURS[m[0].lower()], rest)
     return _INNER.sub(_inner_you, "You " + before + _verb_for_you(verb) + rest)
 
 

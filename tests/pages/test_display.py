@@ -25,6 +25,10 @@ from memoryapp.pages.display import as_yours, how_long_ago, how_many_times, why_
         ("The user juggles.", "You juggle."),
         ("The user 🎉 loves emoji.", "You 🎉 love emoji."),  # a sign before the verb stays, the verb changes
         ("Works at Acme.", "Works at Acme."),  # not about "the user": shown as stored
+        # The rewrite of "I take my kids to school" says "their"; with the user as subject it is theirs.
+        ("The user takes their kids to school.", "You take your kids to school."),
+        ("The user taught themselves Rust.", "You taught yourself Rust."),
+        ("The user's parents live in Lyon; their house is old.", "Your parents live in Lyon; their house is old."),
     ],
 )
 def test_a_fact_reads_in_the_second_person(stored, shown):
