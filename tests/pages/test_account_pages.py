@@ -367,6 +367,17 @@ def test_delete_asks_then_removes_the_fact_and_its_earlier_versions(as_alice, al
     assert "PlanetScale" not in text_of(as_alice.get("/me/"))
 
 
+def test_delete_without_javascript_returns_to_the_search_it_was_chosen_from(as_alice, alice, seeded):
+    fact = live_fact(alice, "Python")
+    confirm = as_alice.get(f"/me/facts/{fact.id}/delete/", headers={"Referer": "http://testserver/me/?q=python"})
+    assert 'name="back" value="/me/?q=python"' in confirm.content.decode()
+    done = as_alice.post(f"/me/facts/{fact.id}/delete/", {"back": "/me/?q=python"})
+    assert done.status_code == 302 and done["Location"] == "/me/?q=python"
+    other = live_fact(alice, "Rust")
+    elsewhere = as_alice.post(f"/me/facts/{other.id}/delete/", {"back": "https://evil.example/steal"})
+    assert elsewhere["Location"] == "/me/"  # only My memory's own list is a way back
+
+
 def test_delete_with_htmx_confirms_inline(as_alice, alice, seeded):
     target = live_fact(alice, "conference talk")
     inline = as_alice.get(f"/me/facts/{target.id}/delete/", headers={"HX-Request": "true"})

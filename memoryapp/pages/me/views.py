@@ -572,9 +572,20 @@ def fact_delete(request, fact_id):
             context.update(fact_id=fact.id, fact_kind=fact.kind, kind_n=counts.get(fact.kind, 0))
             return _page(request, "me/_fact.html#deleted", context)
         messages.success(request, "Deleted. The assistant no longer remembers it, and its earlier versions are gone.")
-        return redirect("me:memory")
+        return redirect(_list_address(request.POST.get("back")) or "me:memory")
     earlier = len(writing.chain_of(fact)) - 1 if fact.superseded_by_id is None else None
-    return _page(request, "me/fact_delete.html", {"f": fact, "earlier": earlier}, section="memory", partial="confirm")
+    # Without JavaScript the list was left for this page: back to it as it was (a search, a kind, a page).
+    back = _list_address(request.headers.get("Referer"))
+    context = {"f": fact, "earlier": earlier, "back": back}
+    return _page(request, "me/fact_delete.html", context, section="memory", partial="confirm")
+
+
+def _list_address(url):
+    """The path and query of `url` when it is My memory's list on this site, else None."""
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("", "http", "https") or parts.path != reverse("me:memory"):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 @require_POST
