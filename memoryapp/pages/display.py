@@ -142,6 +142,12 @@ def history_in_words(doc):
     ]
 
 
+def possessive(name):
+    """'Acme' -> "Acme's", 'Demo Logistics' -> "Demo Logistics'"."""
+    name = str(name)
+    return f"{name}'" if name.endswith(("s", "S")) else f"{name}'s"
+
+
 def how_many_times(n):
     """1 -> 'once', 2 -> 'twice', else 'n times'."""
     return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")

@@ -23,6 +23,13 @@ def why(reason):
 
 
 @register.filter
+def possessive(name):
+    """The name escaped, then "'s" or "'" (display.possessive), which needs no escaping."""
+    name = str(name)
+    return format_html("{}" + display.possessive(name)[len(name) :], name)
+
+
+@register.filter
 def usd(amount):
     """A cost in dollars, as every page shows it (display.usd)."""
     return display.usd(amount)

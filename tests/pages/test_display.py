@@ -57,3 +57,9 @@ def test_a_copy_button_shows_only_where_a_script_can_copy():
 
     html = short_id("0123456789abcdef")
     assert "0123456789abcdef" in html and "data-needs-clipboard" in html and " hidden>" in html
+
+
+def test_an_organisations_name_takes_the_possessive_it_should():
+    from memoryapp.pages.display import possessive
+
+    assert possessive("Acme") == "Acme's" and possessive("Demo Logistics") == "Demo Logistics'"

@@ -56,6 +56,7 @@ from memoryapp.pages.display import (
     access_words,
     as_yours,
     history_in_words,
+    possessive,
     why_in_words,
 )
 from memoryapp.pages.forms import FactForm
@@ -230,7 +231,7 @@ def _link(request, remembered):
         result = linking.link(request.user, remembered)
     except linking.LinkRefused as exc:
         return render(request, "me/portal_invalid.html", {"message": str(exc)}, status=409)
-    names = " and ".join(f"{org}'s assistant" for org, _ in result.identities) or "The assistant"
+    names = " and ".join(f"{possessive(org)} assistant" for org, _ in result.identities) or "The assistant"
     talks = result.moved.get("agentsession", 0)
     switched = (
         " You had switched memory off there, so it is now off for your whole account."
@@ -449,7 +450,7 @@ def unlink(request, identity_id):
             return redirect("me:memory")
         messages.success(
             request,
-            f"{identity.org.name}'s assistant no longer knows you as “{identity.external_id}”: "
+            f"{possessive(identity.org.name)} assistant no longer knows you as “{identity.external_id}”: "
             "it starts an empty memory under that id, and what it had added stays here with you.",
         )
         return redirect("me:memory")
