@@ -188,7 +188,7 @@ def test_only_user_turns_reach_the_model(org, fake):
     fake.replies = [message(facts(("The user works in customer support.", "profile")))]
     session = ended_session(
         org,
-        ("user", "I work in customer support and need to check order 1182."),
+        ("user", "I work in customer support, mostly on the night shift."),
         ("assistant", "ASSISTANT-SECRET: I believe you are a senior manager."),
         ("tool", INJECTION),
         ("tool", '{"order": 1182, "note": "TOOL-SECRET"}'),
