@@ -719,6 +719,9 @@ class PortalLink(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
     # Who asked for it, in words ("API key 'desk agent'"): what a session it opens keeps says so.
     made_by = models.CharField(max_length=200, blank=True, default="")
+    # The admin who made it on the People page, if a person did: they pass it on, and can never take the
+    # memory it opens into their own account ("This is me").
+    made_by_user = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
 
 class PasswordResetLink(models.Model):

@@ -284,7 +284,9 @@ def portal_link_for(identity, base_url, admin):
     """A one-time "My memory" link for a remembered person, to pass on to them: (url, expires_at)."""
     made_by = f"{admin.get_username()}, an admin of {identity.org.name}"
     try:
-        return portal.issue_link(identity.user, base_url=base_url, org=identity.org, made_by=made_by)
+        return portal.issue_link(
+            identity.user, base_url=base_url, org=identity.org, made_by=made_by, made_by_user=admin
+        )
     except portal.NotAllowed as exc:
         raise OrgError(str(exc)) from None
 

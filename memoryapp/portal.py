@@ -48,7 +48,7 @@ def maker_in_words(made_by):
     return None if not made_by or made_by.startswith(API_KEY_MAKER) else made_by
 
 
-def issue_link(user, base_url="", org=None, made_by=""):
+def issue_link(user, base_url="", org=None, made_by="", made_by_user=None):
     """A new signed, one-time link for `user`: returns (url, expires_at); only a hash is stored.
 
     Only for people whose memory an agent keeps: never for anyone who operates an organisation
@@ -65,7 +65,9 @@ def issue_link(user, base_url="", org=None, made_by=""):
         raise NotAllowed("This person also uses another organisation's assistant, so they sign in themselves.")
     raw = secrets.token_urlsafe(32)
     expires_at = clock.now() + lifetime()
-    PortalLink.objects.create(user=user, token_hash=_hash(raw), expires_at=expires_at, made_by=made_by[:200])
+    PortalLink.objects.create(
+        user=user, token_hash=_hash(raw), expires_at=expires_at, made_by=made_by[:200], made_by_user=made_by_user
+    )
     token = signing.Signer(salt=SALT).sign(raw)
     return base_url.rstrip("/") + reverse("me:portal", args=[token]), expires_at
 

@@ -56,6 +56,23 @@ def test_the_link_says_who_made_it_an_admin_by_name_an_agent_as_the_assistant(ap
     assert "Your assistant made this link" in shown and "API key" not in shown
 
 
+def test_the_admin_who_made_a_link_can_never_take_that_memory_into_their_account(api, org, person, make_user):
+    from memoryapp import orgs
+    from memoryapp.models import MemoryFact
+
+    api.post("/v1/users/customer-42/facts", {"text": "The user is pregnant.", "kind": "profile"})
+    admin = make_user("boss", org=org, role="admin")
+    url, _ = orgs.portal_link_for(ExternalIdentity.objects.get(user=person), "http://testserver", admin)
+    browser = Client()
+    browser.force_login(admin)
+    offer = browser.get(path_of(url)).content.decode()
+    assert "You made this link." in offer and "This is me" not in offer
+    refused = browser.post(path_of(url), {"action": "link"})
+    assert refused.status_code == 409 and "never add their memory to your own account" in refused.content.decode()
+    assert MemoryFact.objects.for_user(person).live().count() == 1  # still the person's, in their memory
+    assert not MemoryFact.objects.for_user(admin).exists()
+
+
 def test_only_a_hash_of_the_token_is_stored(person):
     url, _ = portal.issue_link(person)
     token = url.rstrip("/").rsplit("/", 1)[1]

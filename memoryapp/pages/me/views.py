@@ -188,6 +188,17 @@ def home(request):
     return redirect("me:memory")
 
 
+MADE_IT = (
+    "You made this link for the person an assistant remembers: pass it on to them. "
+    "It can never add their memory to your own account."
+)
+
+
+def _made_it(request, link):
+    """The signed-in account made this link (an admin, for someone else): it is never theirs to take in."""
+    return request.user.is_authenticated and link.made_by_user_id == request.user.pk
+
+
 def _may_link(request):
     """The browser is signed in to an account of its own (not a memory-only session): it may take a memory in."""
     return request.user.is_authenticated and not people.is_portal_session(request) and people.can_sign_in(request.user)
@@ -208,8 +219,9 @@ def portal_link(request, token):
             link = portal.check(token)
             remembered = link.user
             idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
-            context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request)}
-            context["made_by"] = portal.maker_in_words(link.made_by)
+            made_it = _made_it(request, link)
+            context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request) and not made_it}
+            context.update(made_by=portal.maker_in_words(link.made_by), made_it=made_it)
             if context["may_link"]:  # what "This is me" would add, said before it is pressed
                 live = MemoryFact.objects.for_user(remembered).live().count()
                 context.update(known_as=people.identities(remembered), live_facts=live)
@@ -218,6 +230,8 @@ def portal_link(request, token):
         link = portal.redeem(token)
     except portal.PortalError as exc:
         return render(request, "me/portal_invalid.html", {"message": exc.message}, status=exc.status)
+    if linking_it and _made_it(request, link):
+        return render(request, "me/portal_invalid.html", {"message": MADE_IT}, status=409)
     if linking_it:
         return _link(request, link.user)
     login(request, link.user, backend="django.contrib.auth.backends.ModelBackend")
