@@ -143,10 +143,13 @@ def erase_user(user, requested_via):
             status__in=[OrgFactProposal.Status.PENDING, OrgFactProposal.Status.REJECTED],
         ).delete()[0]
         # Org facts and approved proposals stay, stripped of who proposed them and where from.
-        from_user = Q(added_by_id=user_id) | Q(source_session__user_id=user_id) | Q(extraction_run__user_id=user_id)
-        counts["org_facts_unlinked"] = MemoryFact.objects.filter(Q(scope=MemoryFact.Scope.ORG) & from_user).update(
-            added_by=None, source_session=None, source_turns=[], extraction_run=None
-        )
+        # Only what was the person's: an org fact from their conversation keeps the admin who approved it.
+        org_facts = MemoryFact.objects.filter(scope=MemoryFact.Scope.ORG)
+        from_them = Q(source_session__user_id=user_id) | Q(extraction_run__user_id=user_id)
+        unlinked = set(org_facts.filter(Q(added_by_id=user_id) | from_them).values_list("id", flat=True))
+        org_facts.filter(added_by_id=user_id).update(added_by=None)
+        org_facts.filter(from_them).update(source_session=None, source_turns=[], extraction_run=None)
+        counts["org_facts_unlinked"] = len(unlinked)
         OrgFactProposal.objects.filter(
             Q(proposed_by_id=user_id) | Q(source_session__user_id=user_id) | Q(extraction_run__user_id=user_id)
         ).update(proposed_by=None, source_session=None, extraction_run=None)

@@ -446,3 +446,26 @@ def test_erasure_ends_the_persons_sign_ins_without_decoding_anyone_elses(org, ma
     assert not Session.objects.filter(session_key=mine).exists(), "the person's sign-in is ended"
     assert Session.objects.filter(session_key__in=others).count() == 300
     assert decoded == [], "no session was decoded to find the person's"
+
+
+def test_erasing_the_person_whose_conversation_gave_an_org_fact_keeps_the_admin_who_approved_it(
+    org, scripted, make_user
+):
+    from memoryapp import orgs
+
+    admin = make_user("ada", org=org, role="admin")
+    kate = make_user("kate", org=org)
+    scripted.extract_answer = {
+        "facts": [{"text": "The company uses Jira for tickets.", "kind": "profile", "scope": "org"}]
+    }
+    session = sessions.open_session(org, kate)
+    sessions.add_turns(session, [("user", "Our company uses Jira for tickets.")])
+    sessions.end_session(session)
+    extraction.extract_session(session.id)
+    fact = orgs.approve_proposal(OrgFactProposal.objects.get(), admin).fact
+    assert fact.added_by == admin and fact.source_session_id == session.id
+
+    erasure.erase_user(kate, "self")
+    fact.refresh_from_db()
+    assert fact.source_session_id is None and fact.source_turns == []  # nothing of kate's stays
+    assert fact.added_by == admin  # the admin who approved it is still named
