@@ -181,7 +181,11 @@ def _move_rows(account, remembered):
     moved["external_ids"] = ExternalIdentity.objects.filter(user=remembered).update(user=account, linked_at=clock.now())
     if Membership.objects.filter(user=remembered).exists():
         raise LinkRefused("This person is a member of an organisation, so they sign in themselves.")
-    PortalLink.objects.filter(user=remembered).delete()  # sign-in links for a person who no longer exists
+    # Their sign-in links are their history (who asked for each): kept, but spent, so none opens the account.
+    PortalLink.objects.filter(user=remembered, used_at__isnull=True, expires_at__gt=clock.now()).update(
+        expires_at=clock.now()
+    )
+    moved["portal_links"] = PortalLink.objects.filter(user=remembered).update(user=account)
     # One switch for the one person from now on; an "off" they chose under the agent's id stays off.
     if MemorySettings.objects.filter(user=remembered, memory_enabled=False).exists():
         writing.set_memory_switch(account, False)

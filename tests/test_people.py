@@ -320,11 +320,15 @@ def test_erasure_covers_every_linked_identity_and_the_receipt_lists_them(scripte
 
 def test_export_of_a_linked_account_includes_the_agents_memory_and_its_id(scripted, org, api, alice):
     remembered, _ = _agent_knows_alice(org, api)
+    spare, _ = portal.issue_link(remembered, org=org, made_by="API key 'desk'")  # made, never opened
     browser = client_for(alice)
     _link_in_browser(browser, org, remembered)
     doc = browser.get("/me/data/export.json").json()
     assert {"organisation": "Acme", "external_id": "alice"} in doc["subject"]["external_ids"]
     assert any(f["text"] == "The user keeps bees on the roof." for f in doc["facts"])
+    # The links made for that memory are its history, who asked for each included; none opens the account.
+    assert sorted(str(link["made_by"]) for link in doc["portal_links"]) == ["API key 'desk'", "None"]
+    assert Client().post(f"/me/portal/{token_of(spare)}/").status_code == 410
 
 
 def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_may_open(org, api):
