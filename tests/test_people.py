@@ -329,6 +329,8 @@ def test_export_of_a_linked_account_includes_the_agents_memory_and_its_id(script
     # The links made for that memory are its history, who asked for each included; none opens the account.
     assert sorted(str(link["made_by"]) for link in doc["portal_links"]) == ["API key 'desk'", "None"]
     assert Client().post(f"/me/portal/{token_of(spare)}/").status_code == 410
+    readable = browser.get("/me/data/export.html").content.decode()
+    assert "made at the request of API key &#x27;desk&#x27;, never used" in readable
 
 
 def test_a_portal_session_names_its_person_in_words_and_shows_only_the_tabs_it_may_open(org, api):
