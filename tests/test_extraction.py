@@ -382,6 +382,7 @@ def test_offline_ignores_questions_moods_quotes_and_injections(said):
         "If I ever moved to Canada, I'd miss my friends.",  # once "The user evers moved to Canada."
         "Oh, if I had a car I would drive to work.",  # once "The user had a car they would drive to work."
         "Imagine I won the lottery, I'd buy a boat.",
+        "If I was rich I would buy a boat and never work again haha.",  # once a constraint in every block
     ],
 )
 def test_offline_takes_no_fact_from_a_hypothetical(said):

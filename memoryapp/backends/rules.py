@@ -142,7 +142,7 @@ TABLE = {
         Rule(
             "conditional",
             "a sentence that opens with a hypothetical states no fact ('If I ever moved to Canada, …', 'If I had …')",
-            r"^(?:even\s+)?(?:if\s+(?:i|we)\s+(?:ever|were|had|could|would)|suppose|supposing|imagine|what if)\b",
+            r"^(?:even\s+)?(?:if\s+(?:i|we)\s+(?:ever|were|was|had|could|would)|suppose|supposing|imagine|what if)\b",
             _I,
         ),
         Rule(
