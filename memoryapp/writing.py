@@ -399,6 +399,9 @@ class FactWrite:
         elif protected:
             # A person's own correction stands until they say something newer themselves.
             result.outcome, result.fact = "held", protected[0]
+        elif (theirs := self._corrected_away()) is not None:
+            # The very words the person corrected away: whatever the verdicts said, their version stands.
+            result.outcome, result.fact = "held", theirs
         elif not contradicted and self.org is None and self.live.count() >= settings.MEMORY["MAX_FACTS_PER_USER"]:
             result.outcome = "at_limit"
         else:
@@ -423,6 +426,20 @@ class FactWrite:
                 )
             result.fact, result.superseded = fact, contradicted
         return result
+
+    def _corrected_away(self):
+        """The person's live version when this text is one they corrected away themselves, else None."""
+        if self.origin in PERSON_ORIGINS:
+            return None
+        owner = MemoryFact.objects.for_org(self.org) if self.org is not None else MemoryFact.objects.for_user(self.user)
+        for old in owner.filter(superseded_at__isnull=False, text__iexact=self.text):
+            current = old
+            while current is not None and current.superseded_by_id is not None:
+                current = MemoryFact.objects.filter(id=current.superseded_by_id).first()
+            person_stands = current is not None and current.origin in PERSON_ORIGINS and current.expired_at is None
+            if person_stands and not _newer_statement(self.session, current):
+                return current
+        return None
 
     def _confirm(self, duplicate):
         # Why an UPDATE with F(): confirmations are counted exactly even under concurrent writers. Why

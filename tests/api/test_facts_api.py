@@ -228,6 +228,17 @@ def test_a_persons_own_correction_holds_against_an_agent(api, alice, scripted):
     ]
 
 
+def test_the_words_a_person_corrected_away_never_come_back_live_whatever_the_verdicts(api, alice, scripted):
+    original = _fact(alice, "The user works as a lawyer.", "profile")
+    mine = writing.correct_fact(original, "The user works as a judge.", "profile", actor_user=alice).fact
+    scripted.verdict_map = {}  # the verdict model sees no conflict between "judge" and "lawyer"
+    r = api.post("/v1/users/alice/facts", {"text": "The user works as a lawyer.", "kind": "profile"})
+    assert r.status_code == 200 and r.json()["outcome"] == "held" and r.json()["fact"]["id"] == str(mine.id)
+    assert list(MemoryFact.objects.for_user(alice).live().values_list("text", flat=True)) == [
+        "The user works as a judge."
+    ]
+
+
 @pytest.mark.parametrize(
     "text, why",
     [
