@@ -232,6 +232,9 @@ def test_memory_switched_off_under_the_agents_id_stays_off_once_linked(scripted,
     assert not writing.memory_enabled(alice) and "now off for your whole account" in page
     sent = api.post("/v1/users/alice/facts", {"text": "The user rows on Sundays.", "kind": "profile"})
     assert sent.status_code == 409  # the agent's id stays unremembered, as she chose
+    # Unlinking later does not switch it back on, and the page says so before she confirms.
+    identity = ExternalIdentity.objects.get(org=org, external_id="alice")
+    assert "Your memory stays switched off" in browser.get(f"/me/known-as/{identity.id}/unlink/").content.decode()
 
 
 def _link_url(org, remembered):
