@@ -136,21 +136,43 @@ def delete_fact(fact, admin):
 
 def pending_proposals(org):
     """The admin's queue, oldest first, with who proposed each one."""
-    return list(
+    return _named(
+        org,
         OrgFactProposal.objects.filter(org=org, status=OrgFactProposal.Status.PENDING)
         .select_related("proposed_by")
-        .order_by("created_at", "id")
+        .order_by("created_at", "id"),
     )
 
 
 def recent_decisions(org, limit=10):
     """The latest approved or rejected proposals, newest first."""
-    return list(
+    return _named(
+        org,
         OrgFactProposal.objects.filter(org=org)
         .exclude(status=OrgFactProposal.Status.PENDING)
         .select_related("proposed_by", "decided_by")
-        .order_by("-decided_at", "-id")[:limit]
+        .order_by("-decided_at", "-id")[:limit],
     )
+
+
+def _named(org, proposals):
+    """The proposals, each with `proposer_name`: a member's name, or the org's own id for a person its agents
+    remember (their internal username means nothing to an admin), or None for a former member."""
+    proposals = list(proposals)
+    known = dict(
+        ExternalIdentity.objects.filter(org=org, user_id__in={p.proposed_by_id for p in proposals}).values_list(
+            "user_id", "external_id"
+        )
+    )
+    for p in proposals:
+        person = p.proposed_by
+        if person is None:
+            p.proposer_name = None
+        elif person.pk in known and not people.can_sign_in(person):
+            p.proposer_name = f"{known[person.pk]} (a person your agents remember)"
+        else:
+            p.proposer_name = person.get_full_name() or person.get_username()
+    return proposals
 
 
 def _claim(proposal):

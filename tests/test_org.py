@@ -131,6 +131,19 @@ def test_an_org_scoped_fact_about_the_user_is_kept_as_the_speakers_own(scripted,
         orgs.add_fact(org, alice, "The user's favourite food is tofu.", "preference")
 
 
+def test_a_proposal_from_a_person_the_agents_remember_names_them_by_the_orgs_own_id(scripted, org, alice):
+    kate = sessions.get_or_create_user(org, "kate")
+    scripted.extract_answer = {
+        "facts": [{"text": "The team uses Jira for tickets.", "kind": "profile", "scope": "org"}]
+    }
+    session = session_with(org, kate, "We use Jira for tickets.")
+    sessions.end_session(session)
+    extraction.extract_session(session.id)
+    page = client_for(alice).get(f"/orgs/{org.slug}/proposals/").content.decode()
+    assert "Proposed by <strong>kate (a person your agents remember)</strong>" in page
+    assert kate.username not in page  # an internal name means nothing to the admin
+
+
 def test_approving_a_duplicate_merges_into_the_existing_org_fact(scripted, org, alice, bob):
     existing = org_fact(org, "The team deploys on Fridays.", "constraint", alice)
     scripted.verdict_map = {"fridays": "DUPLICATE"}
