@@ -132,8 +132,12 @@ class StrictServer(MCPServer):
             tool.input_schema = {**tool.input_schema, "additionalProperties": False}
         return tools
 
+    _taken = None  # tool name -> the arguments it takes; the tools are all registered before the first call
+
     async def call_tool(self, name, arguments, context=None):
-        taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}.get(name)
+        if self._taken is None:
+            self._taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}
+        taken = self._taken.get(name)
         unknown = sorted(set(arguments) - taken) if taken is not None else []
         if unknown:
             takes = ", ".join(sorted(taken))

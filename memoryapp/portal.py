@@ -40,12 +40,9 @@ def lifetime():
     return timedelta(minutes=settings.MEMORY["PORTAL_LINK_MINUTES"])
 
 
-API_KEY_MAKER = "API key "  # how a link an agent asked for records its key: "API key 'desk agent'"
-
-
-def maker_in_words(made_by):
-    """Who asked for a link, for the person opening it: an admin as recorded, or None for their assistant."""
-    return None if not made_by or made_by.startswith(API_KEY_MAKER) else made_by
+def maker_in_words(link):
+    """Who asked for a link, for the person opening it: the admin who made it, or None for their assistant."""
+    return link.made_by if link.made_by_user_id is not None else None
 
 
 def issue_link(user, base_url="", org=None, made_by="", made_by_user=None):

@@ -33,7 +33,7 @@ def portal_link(request: HttpRequest, user: str):
 
     person = _person(request, user)
     try:
-        made_by = f"{portal.API_KEY_MAKER}'{request.api_key.name}'"
+        made_by = f"API key '{request.api_key.name}'"
         url, expires_at = portal.issue_link(person, request.build_absolute_uri("/"), org=request.org, made_by=made_by)
     except portal.NotAllowed as exc:
         # 409: the person exists, but is not one an API key may sign in (see memoryapp.people).

@@ -221,7 +221,7 @@ def portal_link(request, token):
             idle = settings.MEMORY["PORTAL_IDLE_MINUTES"]
             made_it = _made_it(request, link)
             context = {"token": token, "idle_minutes": idle, "may_link": _may_link(request) and not made_it}
-            context.update(made_by=portal.maker_in_words(link.made_by), made_it=made_it)
+            context.update(made_by=portal.maker_in_words(link), made_it=made_it)
             if context["may_link"]:  # what "This is me" would add, said before it is pressed
                 live = MemoryFact.objects.for_user(remembered).live().count()
                 context.update(known_as=people.identities(remembered), live_facts=live)
