@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from pgvector import Vector
 
-from memoryapp import clock, embeddings, writing
+from memoryapp import clock, embeddings, validation, writing
 from memoryapp.models import MemoryFact, RecallLog
 from memoryapp.vocabulary import ALWAYS_ON_KINDS, TEXT_SEARCH_CONFIG, kind_rank
 
@@ -240,12 +240,13 @@ def neutralise(text):
 
     Applied at render time to every fact, including facts stored before the validator existed or
     edited past it: `<`, `>` and `&` are escaped (after folding lookalike brackets and compatibility
-    forms such as fullwidth ＜ to them), line breaks become spaces, format characters are removed.
+    forms such as fullwidth ＜ to them), line breaks become spaces, invisible characters are removed
+    (validation.without_invisible).
     """
     text = str(text)
     if not text.isascii():  # ASCII has no compatibility forms, format characters or lookalike brackets
         text = unicodedata.normalize("NFKC", text)
-        text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").translate(_BRACKETS)
+        text = validation.without_invisible(text).translate(_BRACKETS)
     text = _LINE_BREAKS.sub(" ", text).strip()
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

@@ -45,14 +45,23 @@ _SENTENCE_BREAK = re.compile("".join(rf"(?<!\b{title})" for title in (*TITLES, "
 _CLAUSE_BREAK = re.compile(r";\s+")
 
 
-def normalise(text):
-    """Fact text as stored: NFC, no invisible or control characters, single spaces.
+# Variation selectors show nothing, yet 256 of them can spell out any bytes, a hidden text riding on a
+# visible one. Fillers and the Braille blank show nothing either: they pad a line with blank-looking space.
+_SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+_BLANKS = re.compile("[\u115f\u1160\u3164\uffa0\u2800]")
 
-    Invisible means every format character (Unicode category Cf): zero-width spaces and joiners,
-    bidi overrides and isolates, the soft hyphen, word joiners and the tag characters.
-    """
-    text = unicodedata.normalize("NFC", str(text))
+
+def without_invisible(text):
+    """`text` with nothing a reader cannot see: no format characters (category Cf: zero-width spaces and
+    joiners, bidi overrides and isolates, the soft hyphen, the tag characters), no variation selectors;
+    blank fillers become spaces."""
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return _BLANKS.sub(" ", _SELECTORS.sub("", text))
+
+
+def normalise(text):
+    """Fact text as stored: NFC, no invisible or control characters (without_invisible), single spaces."""
+    text = without_invisible(unicodedata.normalize("NFC", str(text)))
     text = _CONTROL.sub(" ", text)
     return _SPACE.sub(" ", text).strip()
 
