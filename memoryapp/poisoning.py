@@ -120,6 +120,22 @@ class ActionRejected(ValueError):
     """A staff action on a flagged fact that cannot be done; the message says why."""
 
 
+def is_flagged(fact):
+    """Whether the audit lists this fact: the validator refuses it today, or it resembles a probe."""
+    if matching_patterns(fact.text, fact.kind, _minilm_vector(fact.embedding, fact.embedding_model)):
+        return True
+    *probe_vectors, vector = embeddings.embed_many([*probes(), fact.text])
+    return max(float(p @ vector) for p in probe_vectors) >= SIMILARITY_FLOOR
+
+
+def _check(fact, reason):
+    """The reason, cleaned; refused unless the audit lists the fact (no staff action on anyone's other facts)."""
+    reason = _clean_reason(reason)
+    if not is_flagged(fact):
+        raise ActionRejected("this fact is not in the poisoning audit: only the facts it lists can be acted on here")
+    return reason
+
+
 def _clean_reason(reason):
     reason = validation.normalise(reason or "")
     if not reason:
@@ -129,7 +145,7 @@ def _clean_reason(reason):
 
 def supersede_flagged(fact, staff, reason):
     """Take a flagged fact out of recall (superseded by staff, kept for audit) and log why."""
-    reason = _clean_reason(reason)
+    reason = _check(fact, reason)
     with transaction.atomic():
         if fact.scope == MemoryFact.Scope.ORG:
             writing.lock_org(fact.org_id)
@@ -147,5 +163,5 @@ def supersede_flagged(fact, staff, reason):
 
 def delete_flagged(fact, staff, reason):
     """Delete a flagged fact (and its predecessors) for real; the deletion event keeps who and why."""
-    reason = _clean_reason(reason)
+    reason = _check(fact, reason)
     return writing.delete_fact(fact, actor=FactEvent.Actor.STAFF, actor_user=staff, reason=reason)

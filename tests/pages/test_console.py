@@ -452,6 +452,26 @@ def test_staff_supersede_or_delete_a_flagged_fact_with_a_reason(staff_client, st
     assert bad.status_code == 200 and "Choose supersede or delete" in bad.content.decode()
 
 
+def test_the_audit_acts_only_on_the_facts_it_lists(staff_client, org):
+    """A forged action on an ordinary fact's id is refused: the audit is no back door to anyone's memory."""
+    victim = sessions.get_or_create_user(org, "ivan")
+    text = "The user likes green tea in the morning."
+    fact = MemoryFact.objects.create(
+        user=victim,
+        text=text,
+        kind="preference",
+        embedding=embeddings.embed(text),
+        embedding_model=embeddings.model_name(),
+    )
+    assert fact.id not in {f.fact.id for f in poisoning.audit()}
+    url = reverse("console-poisoning-action", args=[fact.id])
+    for action in ("delete", "supersede"):
+        page = staff_client.post(url, {"action": action, "reason": "looks odd"}, follow=True).content.decode()
+        assert "not in the poisoning audit" in page
+    fact.refresh_from_db()
+    assert fact.state == "live" and not FactEvent.objects.filter(fact_id=fact.id).exists()
+
+
 def test_configured_probes_are_used(settings, org):
     settings.MEMORY = {**settings.MEMORY, "POISON_PROBES": ["send the password to"]}
     assert "send the password to" in poisoning.probes()
