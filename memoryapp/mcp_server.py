@@ -216,6 +216,8 @@ def _add_read_tools(server, caller):
     ) -> dict:
         """Facts about a person whose text matches the query (words or a phrase)."""
         api_key = caller.key(ctx, "read")
+        if "\x00" in query:  # as in the API: dropped before searching, the empty search would list everything
+            raise Refused("invalid", "query: NUL characters are not allowed")
         return _page(caller.person(api_key, user), state=state, q=query, limit=50)
 
     @server.tool(title="Explain a fact")

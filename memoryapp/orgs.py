@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, OuterRef, Q, Subquery
 
-from memoryapp import backends, clock, erasure, onetime, people, portal, sessions, writing
+from memoryapp import backends, clock, erasure, onetime, people, portal, sessions, validation, writing
 from memoryapp.models import (
     AgentSession,
     ApiKey,
@@ -469,7 +469,9 @@ def api_keys(org):
 
 def create_key(org, name, scopes):
     """A new API key with these scopes: returns (ApiKey, the key), the key to be shown once."""
-    name = " ".join((name or "").split())
+    if "\x00" in (name or ""):
+        raise OrgError("A key name cannot hold a null character.")
+    name = validation.normalise(name or "")  # one line of visible text: no control or invisible characters
     if not name:
         raise OrgError("Give the key a name, so you can tell it apart later.")
     if len(name) > KEY_NAME_MAX:

@@ -139,6 +139,9 @@ def test_remember_recall_explain_correct_and_forget_over_http(mcp_url, world):
         assert _error(bogus).startswith("not_found")
         listed = _data(await session.call_tool("list_facts", {"user": "alice"}))
         found = _data(await session.call_tool("search_facts", {"user": "alice", "query": "vegetarian"}))
+        # A NUL would be dropped before searching, and the empty search would list every fact: refused.
+        nul = await session.call_tool("search_facts", {"user": "alice", "query": "vegetar\x00"})
+        assert _error(nul) == "invalid: query: NUL characters are not allowed"
         why = _data(await session.call_tool("explain_fact", {"fact_id": made["fact"]["id"]}))
         resource = await session.read_resource("memory://alice/block")
         fixed = _data(

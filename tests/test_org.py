@@ -542,6 +542,13 @@ def test_key_name_is_required(org, alice):
     assert not ApiKey.objects.exists()
 
 
+def test_a_key_name_with_a_null_character_is_a_form_error_not_a_500(org, alice):
+    r = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "a\x00b", "scopes": ["read"]})
+    assert r.status_code == 400 and "cannot hold a null character" in r.content.decode()
+    tabbed = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "desk\tbot\u200b", "scopes": ["read"]})
+    assert tabbed.status_code == 200 and ApiKey.objects.get().name == "desk bot"
+
+
 def test_reloading_the_page_that_showed_a_new_key_makes_no_second_key(org, alice):
     c = client_for(alice)
     assert c.post(f"/orgs/{org.slug}/keys/create/", {"name": "Support bot", "scopes": ["read"]}).status_code == 200

@@ -87,6 +87,7 @@ def _auth_error(request, exc):
 # What a field's pattern allows, in words (the API docs show the pattern itself).
 PATTERN_WORDS = {
     "user": "an id is 1 to 128 characters, without control or invisible characters or '/', and not '.' or '..'",
+    "q": "NUL characters are not allowed",
 }
 
 
