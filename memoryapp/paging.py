@@ -21,10 +21,14 @@ class BadCursor(ValueError):
     """The cursor was not one this service handed out."""
 
 
+FIRST = ""  # the previous page's cursor when the previous page is the first
+
+
 @dataclass
 class Page:
     rows: list
     next_cursor: str | None  # None on the last page
+    previous_cursor: str | None = None  # None on the first page (and where it was not asked for); FIRST
 
 
 def _field_value(row, name):
@@ -67,16 +71,25 @@ def _after(order, values, before=False):
     return reduce(or_, clauses)
 
 
-def keyset_page(queryset, order, cursor=None, limit=50):
-    """One page of `queryset` in `order` (fields, "-" for descending, the last one unique) and the next cursor."""
+def keyset_page(queryset, order, cursor=None, limit=50, previous=False):
+    """One page of `queryset` in `order` (fields, "-" for descending, the last one unique) and the next cursor;
+    with `previous`, the cursor of the page before it too (one query more, on pages after the first)."""
     order = tuple(order)
     try:
+        page_rows = queryset
         if cursor:
-            queryset = queryset.filter(_after(order, _decode(cursor, len(order))))
-        rows = list(queryset.order_by(*order)[: limit + 1])  # one row more says whether a page follows
+            position = _decode(cursor, len(order))
+            page_rows = queryset.filter(_after(order, position))
+        rows = list(page_rows.order_by(*order)[: limit + 1])  # one row more says whether a page follows
+        page = _cut(rows, limit, lambda row: cursor_after(row, order))
+        if previous and cursor:
+            # The page before ends at the cursor's row; it starts after the row `limit` places back.
+            back = tuple(f[1:] if f.startswith("-") else f"-{f}" for f in order)
+            earlier = list(queryset.filter(_after(order, position, before=True)).order_by(*back)[limit - 1 : limit])
+            page.previous_cursor = cursor_after(earlier[0], order) if earlier else FIRST
     except ValidationError as exc:  # a value of the wrong type for its field
         raise BadCursor("cursor: not a cursor from a previous page") from exc
-    return _cut(rows, limit, lambda row: cursor_after(row, order))
+    return page
 
 
 def cursor_at(queryset, order, row, limit):
@@ -105,10 +118,15 @@ def cursor_after(row, order):
 def keyset_rows(rows, key, cursor=None, limit=50):
     """keyset_page for a list already sorted by `key` (a row -> tuple of ints and strings, unique per
     row), for lists computed in Python rather than read by one query: the same cursors, no positions."""
+    earlier = []
     if cursor and rows:
         after = tuple(_decode(cursor, len(key(rows[0]))))
         try:
-            rows = [row for row in rows if key(row) > after]
+            earlier = [row for row in rows if key(row) <= after]
+            rows = rows[len(earlier) :]
         except TypeError as exc:  # a value of another type than the key's
             raise BadCursor("cursor: not a cursor from a previous page") from exc
-    return _cut(rows, limit, lambda row: _encode(key(row)))
+    page = _cut(rows, limit, lambda row: _encode(key(row)))
+    if cursor:
+        page.previous_cursor = _encode(key(earlier[-limit - 1])) if len(earlier) > limit else FIRST
+    return page

@@ -28,13 +28,14 @@ def hx_redirect(request, url):
 
 
 def keyset(request, rows, order, limit):
-    """One page of `rows` after the ?after= cursor: a queryset in `order` (paging.keyset_page), or a sorted
-    list with `order` its key function (paging.keyset_rows). A cursor we never handed out is a 400."""
+    """One page of `rows` after the ?after= cursor, with the cursors of the pages on either side: a queryset in
+    `order` (paging.keyset_page), or a sorted list with `order` its key function (paging.keyset_rows). A cursor
+    we never handed out is a 400."""
     cursor = request.GET.get("after") or None
     try:
         if callable(order):
             return paging.keyset_rows(rows, order, cursor, limit)
-        return paging.keyset_page(rows, order, cursor, limit)
+        return paging.keyset_page(rows, order, cursor, limit, previous=True)
     except paging.BadCursor as exc:
         raise BadRequest("That page address is not one this site made. Start again from the first page.") from exc
 

@@ -227,6 +227,26 @@ def test_correct_without_javascript_supersedes_with_a_user_fact(as_alice, alice,
     assert "Corrected" in page  # the flash message
 
 
+def test_previous_goes_back_one_page_to_what_next_showed(org, make_user):
+    """From the third page of My memory, Previous shows the second page exactly as Next reached it."""
+    from tests.pages.test_queries_per_page import memory_of
+
+    person, _ = memory_of(org, make_user, 160)  # four pages of 50
+    client = Client()
+    client.force_login(person)
+    pages, cursor = [], ""
+    for _ in range(3):
+        listed = client.get("/me/", {"after": cursor} if cursor else {})
+        pages.append((listed.content.decode(), [f.id for g in listed.context["groups"] for f in g["facts"]]))
+        cursor = listed.context["page"].next_cursor
+    first, second, third = pages
+    assert 'rel="prev"' not in first[0] and 'rel="prev"' not in second[0]  # there "First page" is the way back
+    back = re.search(r'href="\?after=([\w-]+)" rel="prev">← Previous', third[0])
+    assert back and "First page" in third[0]
+    shown = client.get("/me/", {"after": back.group(1)})
+    assert [f.id for g in shown.context["groups"] for f in g["facts"]] == second[1]
+
+
 def test_after_a_correction_without_javascript_the_list_opens_at_the_page_that_shows_it(org, make_user):
     from tests.pages.test_queries_per_page import memory_of
 
@@ -246,9 +266,9 @@ def test_after_a_correction_without_javascript_the_list_opens_at_the_page_that_s
     # before it on that page is shown too.
     landing = re.search(r"after=([\w-]+)", response["Location"]).group(1)
     handed_out, cursor = [], ""
-    while True:
+    for _ in range(10):  # 120 facts: three pages
         listed = client.get("/me/", {"after": cursor} if cursor else {}).content.decode()
-        found = re.search(r'href="\?after=([\w-]+)"', listed)
+        found = re.search(r'href="\?after=([\w-]+)" rel="next"', listed)
         if found is None:
             break
         cursor = found.group(1)
