@@ -73,6 +73,21 @@ def test_the_admin_who_made_a_link_can_never_take_that_memory_into_their_account
     assert not MemoryFact.objects.for_user(admin).exists()
 
 
+def test_a_person_erased_by_their_org_while_signed_in_by_a_link_is_told_how_to_get_a_link(api, org, person):
+    """After an admin erases a remembered person, their open tab lands on the sign-in page, which has no password
+    for them: it says where links come from."""
+    from memoryapp import orgs
+
+    browser = Client()
+    url = issue(api).json()["url"]
+    browser.post(path_of(url))
+    assert browser.get("/me/").status_code == 200
+    orgs.erase_remembered(ExternalIdentity.objects.get(user=person))
+    landed = browser.get("/me/", follow=True)
+    assert landed.redirect_chain[-1][0].startswith("/login/")
+    assert "ask your assistant for a fresh one" in landed.content.decode()
+
+
 def test_only_a_hash_of_the_token_is_stored(person):
     url, _ = portal.issue_link(person)
     token = url.rstrip("/").rsplit("/", 1)[1]
