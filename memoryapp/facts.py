@@ -91,6 +91,15 @@ class CorrectedByPerson(Exception):
         )
         self.current = current  # the person's version, which stands
 
+    def said_to(self, api_key):
+        """The message for this key: the person's version is quoted only to a key that may read it."""
+        if api_key.allows("read"):
+            return str(self)
+        return (
+            f"The person corrected this fact themselves and their version stands (fact {self.current.id}). "
+            "Only the person can change it."
+        )
+
 
 @dataclass
 class Page:
@@ -226,7 +235,10 @@ def remember(org, external_id, text, kind, *, api_key, via="api", session_id=Non
     outcome = result.outcome
     if outcome == "created" and result.superseded:
         outcome = "superseded"
-    return Remembered(outcome, result.fact, [f.id for f in result.superseded], result.candidate)
+    fact = result.fact
+    if outcome in ("confirmed", "held") and not api_key.allows("read"):
+        fact = None  # the stored words are the person's, not what this key sent: only a reader sees them
+    return Remembered(outcome, fact, [f.id for f in result.superseded], result.candidate)
 
 
 def person_version(fact):

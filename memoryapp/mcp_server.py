@@ -272,7 +272,7 @@ def _add_write_tools(server, caller):
             return {"outcome": "pending", "fact": None, "superseded": [], "pending": facts.pending_json(done.pending)}
         return {
             "outcome": done.outcome,
-            "fact": facts.fact_json(done.fact),
+            "fact": facts.fact_json(done.fact) if done.fact is not None else None,  # None: a key without `read`
             "superseded": [str(i) for i in done.superseded],
         }
 
@@ -304,12 +304,12 @@ def _add_change_tools(server, caller):
         except facts.Held as held:
             return {
                 "changed": False,
-                "fact": facts.fact_json(fact),
+                "fact": facts.fact_json(fact) if api_key.allows("read") else None,
                 "replaced": None,
                 "pending": facts.pending_json(held.candidate),
             }
         except facts.CorrectedByPerson as exc:
-            raise Refused("corrected_by_person", str(exc)) from None
+            raise Refused("corrected_by_person", exc.said_to(api_key)) from None
         return {"changed": new.id != fact.id, "fact": facts.fact_json(new), "replaced": str(fact.id)}
 
     @server.tool(title="Forget a fact")
@@ -320,7 +320,7 @@ def _add_change_tools(server, caller):
         try:
             return {"deleted": facts.forget(caller.fact(api_key, fact_id), api_key=api_key, via="mcp")}
         except facts.CorrectedByPerson as exc:
-            raise Refused("corrected_by_person", str(exc)) from None
+            raise Refused("corrected_by_person", exc.said_to(api_key)) from None
 
 
 def _add_resources(server, caller):

@@ -123,7 +123,8 @@ class RememberOut(Schema):
     outcome: Literal["created", "confirmed", "superseded", "held", "pending"] = Field(
         ...,
         description="created: new fact; confirmed: a duplicate was confirmed; superseded: new fact that "
-        "replaced `superseded`; held: it contradicts the person's own correction, which stands (`fact`); "
+        "replaced `superseded`; held: it contradicts the person's own correction, which stands (`fact`, "
+        "given to a key with `read`; a confirmed duplicate likewise); "
         "pending: it may claim authority, so it waits for the person to keep it on their memory page "
         "(`pending`; never recalled until then)",
     )
@@ -134,7 +135,7 @@ class RememberOut(Schema):
 
 class CorrectedOut(Schema):
     changed: bool = Field(..., description="false when the text and kind were already the same")
-    fact: FactOut = Field(..., description="The current version")
+    fact: FactOut | None = Field(..., description="The current version (null in a 202 to a key without `read`)")
     replaced: uuid.UUID | None = Field(..., description="The version the correction replaced (kept, linked)")
     pending: PendingOut | None = Field(
         None, description="202: the correction may claim authority and waits for the person to keep it"
@@ -271,7 +272,8 @@ def remember(request: HttpRequest, user: str, payload: RememberIn):
         pending = facts.pending_json(c)
         return Status(202, {"outcome": "pending", "fact": None, "superseded": [], "pending": pending})
     status = 201 if result.outcome in ("created", "superseded") else 200
-    return Status(status, {"outcome": result.outcome, "fact": fact_out(result.fact), "superseded": result.superseded})
+    fact = fact_out(result.fact) if result.fact is not None else None  # None: a key without `read`
+    return Status(status, {"outcome": result.outcome, "fact": fact, "superseded": result.superseded})
 
 
 @router.get("/facts/{fact_id}", response={200: FactDetailOut, **ERRORS})
@@ -328,9 +330,10 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: CorrectIn):
         raise ApiError(409, "superseded", "This version has been replaced; correct the current one.") from None
     except facts.Held as held:
         pending = facts.pending_json(held.candidate)
-        return Status(202, {"changed": False, "fact": fact_out(fact), "replaced": None, "pending": pending})
+        unchanged = fact_out(fact) if request.api_key.allows("read") else None
+        return Status(202, {"changed": False, "fact": unchanged, "replaced": None, "pending": pending})
     except facts.CorrectedByPerson as exc:
-        raise _corrected_by_person(exc) from None
+        raise _corrected_by_person(request, exc) from None
     changed = new.id != fact.id
     return Status(200, {"changed": changed, "fact": fact_out(new), "replaced": fact.id if changed else None})
 
@@ -345,9 +348,9 @@ def delete_fact(request: HttpRequest, fact_id: uuid.UUID):
     try:
         deleted = facts.forget(_fact(request, fact_id), api_key=request.api_key)
     except facts.CorrectedByPerson as exc:
-        raise _corrected_by_person(exc) from None
+        raise _corrected_by_person(request, exc) from None
     return Status(200, {"deleted": deleted})
 
 
-def _corrected_by_person(exc):
-    return ApiError(409, "corrected_by_person", str(exc))
+def _corrected_by_person(request, exc):
+    return ApiError(409, "corrected_by_person", exc.said_to(request.api_key))

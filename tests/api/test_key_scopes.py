@@ -79,3 +79,30 @@ def test_the_migration_keeps_portal_links_working_for_keys_that_had_read(org):
         MigrationExecutor(connection).migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     scopes = dict(ApiKey.objects.values_list("name", "scopes"))
     assert scopes == {"all": ["read", "write", "erase", "portal"], "reader": ["read", "portal"], "writer": ["write"]}
+
+
+def test_a_write_only_key_is_never_told_the_persons_own_words(org, make_user):
+    """A key without `read` learns the outcome of its writes, never the text of a fact it did not send."""
+    from memoryapp import writing
+    from memoryapp.models import MemoryFact
+
+    person = sessions.get_or_create_user(org, "corr1")
+    said = writing.store(person, "The user lives in Paris.", "profile").fact
+    page = Client()
+    page.force_login(person)
+    page.post(f"/me/facts/{said.id}/correct/", {"text": "The user lives in Rome, near the Vatican.", "kind": "profile"})
+    theirs = MemoryFact.objects.for_user(person).live().get()
+    _, write_only = sessions.create_api_key(org, "ingest", ["write"])
+    _, reader = sessions.create_api_key(org, "agent", ["read", "write"])
+
+    held = Api(write_only).post("/v1/users/corr1/facts", {"text": "The user lives in Paris.", "kind": "profile"})
+    assert held.status_code == 200 and held.json()["outcome"] == "held" and held.json()["fact"] is None
+    again = Api(write_only).post("/v1/users/corr1/facts", {"text": theirs.text, "kind": "profile"})
+    assert again.json()["outcome"] == "confirmed" and again.json()["fact"] is None
+    refused = Api(write_only).patch(f"/v1/facts/{said.id}", {"text": "The user lives in Madrid."})
+    assert refused.status_code == 409 and str(theirs.id) in refused.json()["error"]["message"]
+    assert "Rome" not in refused.content.decode() and "Rome" not in held.content.decode()
+    # A key that may read is told the person's version, as before.
+    told = Api(reader).post("/v1/users/corr1/facts", {"text": "The user lives in Paris.", "kind": "profile"})
+    assert told.json()["fact"]["text"] == theirs.text
+    assert "Rome" in Api(reader).patch(f"/v1/facts/{said.id}", {"text": "The user lives in Madrid."}).content.decode()

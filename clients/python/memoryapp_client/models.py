@@ -93,7 +93,7 @@ class PendingPage(Model):
 class Remembered(Model):
     api_schema = "RememberOut"
     outcome: Literal["created", "confirmed", "superseded", "held", "pending"]
-    fact: Fact | None = None  # None when pending: it waits for the person's word
+    fact: Fact | None = None  # None when pending, or confirmed or held for a key without `read`
     superseded: list[uuid.UUID] = []
     pending: Pending | None = None
 
@@ -101,7 +101,7 @@ class Remembered(Model):
 class Corrected(Model):
     api_schema = "CorrectedOut"
     changed: bool
-    fact: Fact
+    fact: Fact | None  # None in a pending answer to a key without `read`
     replaced: uuid.UUID | None = None
     pending: Pending | None = None
 
