@@ -10,8 +10,9 @@ from memoryapp.recall import MESSAGE_MAX_CHARS
 from memoryapp.sessions import EXTERNAL_ID_PATTERN
 
 # What counts as blank, spelt out so the schema (ECMAScript regex) and the server (Python) agree:
-# Python's str.isspace() and ECMAScript's \s differ (\x1c-\x1f, \x85, \ufeff).
-BLANK = r"\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# Python's str.isspace() and ECMAScript's \s differ (\x1c-\x1f, \x85, \ufeff). The zero-width characters
+# show nothing either, so a turn of them alone is as empty as one of spaces.
+BLANK = r"\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200d\u2028\u2029\u202f\u205f\u2060\u3000\ufeff"
 NOT_BLANK = rf"^[^\u0000]*[^\u0000{BLANK}][^\u0000]*$"
 
 ExternalUser = Field(..., min_length=1, max_length=128, pattern=EXTERNAL_ID_PATTERN)

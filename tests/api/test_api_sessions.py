@@ -183,6 +183,7 @@ def test_malformed_json_is_400(api):
     "turns, status, code, field",
     [
         ([("user", "fine"), ("user", "   ")], 422, "empty_turn", "turns.1.content"),
+        ([("user", "\u200b\u2060")], 422, "empty_turn", "turns.0.content"),  # nothing to see either
         ([("user", "x" * (32 * 1024 + 1))], 413, "turn_too_large", "turns.0.content"),
         ([("user", "é" * (16 * 1024 + 1))], 413, "turn_too_large", "turns.0.content"),  # bytes, not characters
         ([("user", "ok"), ("robot", "beep")], 422, "invalid", "turns.1.role"),
