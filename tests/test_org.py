@@ -177,6 +177,20 @@ def test_approving_a_contradiction_supersedes_the_old_org_fact(scripted, org, al
     ]
 
 
+def test_the_proposer_sees_the_words_their_suggestion_was_added_in_and_later_changes(scripted, org, alice, bob):
+    proposal = OrgFactProposal.objects.create(
+        org=org, proposed_by=bob, text="The team deploys on Fridays.", kind="profile"
+    )
+    fact = orgs.approve_proposal(proposal, alice, text="The team deploys on Fridays after noon.").fact
+    mine = client_for(bob).get("/me/").content.decode()
+    assert "added to" in mine and "Added in an admin's words: “The team deploys on Fridays after noon.”" in mine
+    orgs.correct_fact(fact, alice, "The team deploys on Tuesdays only.", "profile")
+    mine = client_for(bob).get("/me/").content.decode()
+    assert "An admin has changed it since" in mine and f'href="/orgs/{org.slug}/"' in mine
+    orgs.delete_fact(MemoryFact.objects.for_org(org).live().get(), alice)
+    assert "An admin has removed it from the team's memory since." in client_for(bob).get("/me/").content.decode()
+
+
 def test_admin_can_edit_a_proposal_before_approving_and_bad_edits_are_refused(scripted, org, alice, bob):
     proposal = OrgFactProposal.objects.create(org=org, proposed_by=bob, text="we deploy fridays", kind="goal")
     c = client_for(alice)

@@ -428,7 +428,7 @@ def waiting_discard(request, candidate_id):
 
 def _my_proposals(user, session=None):
     """What this person's conversations suggested for their organisations' shared memory."""
-    qs = OrgFactProposal.objects.filter(proposed_by=user).select_related("org").order_by("-created_at")
+    qs = OrgFactProposal.objects.filter(proposed_by=user).select_related("org", "fact").order_by("-created_at")
     if session is not None:
         qs = qs.filter(source_session=session)
     return list(qs[:20])
