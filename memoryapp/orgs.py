@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from memoryapp import backends, clock, erasure, onetime, people, portal, sessions, validation, writing
 from memoryapp.models import (
@@ -464,7 +464,8 @@ def _forget_identity(user_id, org_id):
 
 def api_keys(org):
     """The org's keys, active first, newest first."""
-    return list(ApiKey.objects.filter(org=org).order_by("revoked_at", "-created_at"))
+    # NULLs would sort last in PostgreSQL's ascending order: the live keys (never revoked) come first.
+    return list(ApiKey.objects.filter(org=org).order_by(F("revoked_at").asc(nulls_first=True), "-created_at"))
 
 
 def create_key(org, name, scopes):

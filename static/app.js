@@ -19,7 +19,8 @@
     var limit = parseInt(field.getAttribute("data-limit"), 10);
     if (!out || !limit) return;
     var left = limit - Array.from(field.value).length; // characters as the server counts them: an emoji is one
-    out.textContent = left >= 0 ? left + " characters left" : -left + " characters too many";
+    var n = Math.abs(left), chars = n === 1 ? " character" : " characters";
+    out.textContent = left >= 0 ? n + chars + " left" : n + chars + " too many";
     out.classList.toggle("over", left < 0);
     field.setAttribute("aria-invalid", left < 0 ? "true" : "false");
   }

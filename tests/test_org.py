@@ -556,6 +556,15 @@ def test_key_name_is_required(org, alice):
     assert not ApiKey.objects.exists()
 
 
+def test_live_keys_are_listed_before_revoked_ones(org, alice):
+    for name in ("first", "second", "third"):
+        orgs.create_key(org, name, ["read"])
+    orgs.revoke_key(ApiKey.objects.get(name="second"))
+    assert [k.name for k in orgs.api_keys(org)] == ["third", "first", "second"]
+    page = client_for(alice).get(f"/orgs/{org.slug}/keys/").content.decode()
+    assert page.index("third") < page.index("first") < page.index("second")
+
+
 def test_a_key_name_with_a_null_character_is_a_form_error_not_a_500(org, alice):
     r = client_for(alice).post(f"/orgs/{org.slug}/keys/create/", {"name": "a\x00b", "scopes": ["read"]})
     assert r.status_code == 400 and "cannot hold a null character" in r.content.decode()

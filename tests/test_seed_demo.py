@@ -1,6 +1,7 @@
 """The demo data shows what the product promises: a replaced fact is replaced, not left beside its successor."""
 
 import io
+import re
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -35,3 +36,6 @@ def test_seeding_the_demo_in_a_test_leaves_the_checkouts_data_folder_alone(db):
     # The key went to the test run's own data folder, and it is the key the command printed.
     assert seed_demo.KEY_FILE.parent == db_module.DATA_DIR != checkout_key.parent
     assert printed_key in out.getvalue()
+    # The three sign-ins line up: each one's description starts at the same column.
+    rows = [line for line in out.getvalue().splitlines() if line.startswith(("  demo /", "  member /", "  staff /"))]
+    assert len(rows) == 3 and len({re.match(r"  \S+ / \S+ +", line).end() for line in rows}) == 1

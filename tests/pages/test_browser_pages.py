@@ -87,6 +87,11 @@ def test_over_long_text_is_refused_never_cut(page, page_nojs, pat):
         assert box.input_value() == PARAGRAPH  # the browser did not cut the pasted text
         if js:
             expect(pg.locator(".counter")).to_have_text(f"{len(PARAGRAPH) - 200} characters too many")
+            box.fill("x" * 201)
+            expect(pg.locator(".counter")).to_have_text("1 character too many")
+            box.fill("x" * 199)
+            expect(pg.locator(".counter")).to_have_text("1 character left")
+            box.fill(PARAGRAPH)
         pg.get_by_role("button", name="Save correction").click()
         expect(pg.get_by_role("alert")).to_contain_text(f"This is {len(PARAGRAPH)} characters")
         expect(pg.get_by_label("What the assistant should remember")).to_have_value(PARAGRAPH)

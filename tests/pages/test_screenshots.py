@@ -201,12 +201,18 @@ def test_who_is_who_and_linking_pages(browser, live_server):
     writing.store(customer, "The user ships parcels to Lisbon every Monday.", "profile")
     remembered = sessions.get_or_create_user(org, "member-at-home")
     writing.store(remembered, "The user prefers delivery windows after 6 pm.", "preference")
+    sessions.get_or_create_user(org, "crm-" + "7f3a" * 31)  # an id of 128 characters wraps on a phone
     problems = []
 
     context, page = sign_in(browser, live_server, "demo", seed_demo.DEMO_PASSWORD)
     for name, path in [("org-admin-members", "/orgs/demo/members/"), ("org-admin-people", "/orgs/demo/people/")]:
         page.goto(path)
         shoot(page, name, problems)
+    page.set_viewport_size({"width": 375, "height": 800})
+    widest = page.evaluate(
+        "Math.max(...[...document.querySelectorAll('table.people strong')].map(e => e.getBoundingClientRect().right))"
+    )
+    assert widest <= 375, f"a person's id runs {widest - 375:.0f}px past a phone's screen on People"
     context.close()
 
     # The plain member, signed in, opens a link the assistant made for the id it knows them by.

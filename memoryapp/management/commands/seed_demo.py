@@ -87,9 +87,9 @@ class Command(BaseCommand):
         key = self._api_key(org)
         self.stdout.write(
             "\nDemo data is ready. Sign in at " + url + "/login/\n"
-            f"  demo / {DEMO_PASSWORD}    an end user: their memory at /me/; also the admin of /orgs/demo/\n"
-            f"  member / {MEMBER_PASSWORD}  a plain member of the Demo Logistics org (reads /orgs/demo/)\n"
-            f"  staff / {STAFF_PASSWORD}   support staff: the console at /console/\n"
+            f"  {'demo / ' + DEMO_PASSWORD:27}an end user: their memory at /me/; also the admin of /orgs/demo/\n"
+            f"  {'member / ' + MEMBER_PASSWORD:27}a plain member of the Demo Logistics org (reads /orgs/demo/)\n"
+            f"  {'staff / ' + STAFF_PASSWORD:27}support staff: the console at /console/\n"
             f"  API key for agents of the demo org (Authorization: Bearer …): {key}\n"
             "  Portal links: POST /api/v1/users/demo-customer/portal (a remembered person with no password)\n"
             f"  API docs: {url}/api/docs\n"
