@@ -10,7 +10,7 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from memoryapp import support_access
-from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, RecallLog, RecallReview
+from memoryapp.models import AgentSession, ExtractionRun, MemoryFact, RecallLog, RecallReview, SupportAccess
 from memoryapp.pages.display import usd
 from tests.conftest import login
 
@@ -29,15 +29,22 @@ def sam(make_user):
     return make_user("sam", is_staff=True)
 
 
-def test_find_opens_on_the_latest_facts_and_runs(page, sam, org, make_user):
+def test_find_opens_on_the_latest_runs_and_shows_no_ones_facts_until_asked(page, sam, org, make_user):
+    """Opening the console looks at no one's memory: facts appear for a search, and only then is access logged."""
     rita = make_user("rita", org)
     session = AgentSession.objects.create(user=rita, org=org)
     run = ExtractionRun.objects.create(session=session, user=rita, backend="offline", model="m", status="done")
     MemoryFact.objects.create(user=rita, text="The user owns a red bicycle.", kind="profile", embedding_model="x")
     login(page, "sam")
     page.goto("/console/")
-    expect(page.locator("#results")).to_contain_text("The user owns a red bicycle.")
     expect(page.get_by_role("link", name=f"Run #{run.id}")).to_be_visible()
+    expect(page.locator("#results")).to_contain_text("Search to see facts")
+    expect(page.locator("#results")).not_to_contain_text("red bicycle")
+    assert not SupportAccess.objects.filter(user=rita).exists()
+    page.get_by_label("Text contains").fill("bicycle")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#results")).to_contain_text("The user owns a red bicycle.")
+    assert SupportAccess.objects.filter(user=rita, page="find").count() == 1
 
 
 def test_costs_and_dates_read_one_way():

@@ -210,7 +210,7 @@ def test_find_is_paginated_and_htmx_gets_only_the_results(staff_client, org, mak
     after = response.context["page"].next_cursor
     second = staff_client.get(reverse("console-home"), {"text": "plant", "after": after}).content.decode()
     assert second.count('class="fact-link"') == 5 and "Next →" not in second and "First page" in second
-    assert staff_client.get(reverse("console-home") + "?after=abc").status_code == 400
+    assert staff_client.get(reverse("console-home") + "?text=plant&after=abc").status_code == 400
     partial = staff_client.get(reverse("console-home") + "?text=plant", headers={"HX-Request": "true"}).content.decode()
     assert partial.lstrip().startswith('<section id="results"') and "<html" not in partial
 
@@ -607,7 +607,10 @@ def test_staff_restore_an_expired_fact_within_the_grace_period(staff_client, sta
     assert elsewhere["Location"] == reverse("console-fact", args=[fact.id])
 
 
-def test_find_opens_on_the_latest_facts_and_records_the_access(staff_client, story):
+def test_find_opens_on_the_latest_runs_and_a_search_records_the_access(staff_client, story):
     page = staff_client.get(reverse("console-home")).content.decode()
-    assert 'class="fact-link"' in page and "Latest extraction runs" in page
+    assert 'class="fact-link"' not in page and "Latest extraction runs" in page
+    assert not SupportAccess.objects.exists()  # no one's facts were shown
+    page = staff_client.get(reverse("console-home"), {"kind": "profile"}).content.decode()
+    assert 'class="fact-link"' in page
     assert SupportAccess.objects.get().page == "find"  # alice's facts were listed, and that is recorded
