@@ -161,6 +161,26 @@ def test_moving_to_a_place_is_where_the_user_lives_now():
     assert all("lives in" not in t for t, _ in _facts("I moved to a new team."))
 
 
+@pytest.mark.parametrize(
+    "old, new, verdict",
+    [
+        ("The user lives in Tokyo.", "The user lives in Lima.", "CONTRADICTS"),  # the model said INDEPENDENT
+        ("The user lives in Cairo these days.", "The user lives in Hanoi.", "CONTRADICTS"),
+    ],
+)
+def test_one_home_at_a_time(old, new, verdict):
+    assert offline.classify(old, new) == verdict
+    # A place that is no name is no home of the same kind: the rule leaves the pair to the model.
+    assert offline._grammar_verdict("The user lives in Berlin.", "The user lives in a small flat.") is None
+
+
+def test_a_home_is_judged_against_a_home_however_far_apart_their_names_embed():
+    from memoryapp import embeddings, writing
+
+    assert writing.neighbour_floor("The user lives in Hanoi.") == embeddings.floor("change")
+    assert writing.neighbour_floor("The user lives in a small flat.") == embeddings.floor("neighbour")
+
+
 def test_our_stack_is_a_fact_about_the_organisation():
     facts = offline.extract_facts("Our stack is Go. I like table-driven tests.")
     assert [(f["text"], f["scope"]) for f in facts] == [

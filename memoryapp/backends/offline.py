@@ -269,8 +269,9 @@ CONTRADICTS_CONFIDENCE = 0.9
 # among the single-valued relations its pairs are derived with.
 _ONE_AT_A_TIME = {"live_in_general", "live_in_citystatecountry"}
 # What the grammar of the pair settles before the model's word counts (measured on the dev pairs):
-# an added fact ("also", "too", "another") stands beside the old one; and "the user's <thing> is X"
-# names the one value of that thing, so another value for the same thing replaces it.
+# an added fact ("also", "too", "another") stands beside the old one; "the user's <thing> is X"
+# names the one value of that thing, so another value for the same thing replaces it; and a person has
+# one home at a time, so "lives in <another named place>" replaces "lives in <a place>".
 
 
 def _grammar_verdict(old, new):
@@ -280,7 +281,13 @@ def _grammar_verdict(old, new):
     a, b = R.one_named.match(old.strip()), R.one_named.match(new.strip())
     if a and b and a[1].casefold() == b[1].casefold() and a[2].casefold() != b[2].casefold():
         return "CONTRADICTS"
+    if phrasing.states_home(old) and phrasing.states_home(new) and _home(old) != _home(new):
+        return "CONTRADICTS"
     return None
+
+
+def _home(fact):
+    return R.one_home.match(fact.strip())[1].casefold()
 
 
 def names(text):

@@ -16,6 +16,11 @@ def announces_change(fact):
     return bool(R.announces_change.search(fact))
 
 
+def states_home(fact):
+    """True for "The user lives in <a named place>.": one home at a time, so a new one replaces the old."""
+    return bool(R.one_home.match(fact.strip()))
+
+
 def reported(sentence):
     """True when the sentence quotes or pastes someone else's words: never a fact about the user."""
     return any(rule.search(sentence) for rule in (R.reported_quote, R.reported_colon, R.pasted, R.document_says))

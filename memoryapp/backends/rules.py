@@ -535,6 +535,12 @@ TABLE = {
             _I,
         ),
         Rule(
+            "one_home",
+            "a new named place for 'the user lives in X' CONTRADICTS (one home at a time)",
+            r"^The user (?:now |currently )?lives in ([A-Z][\w'.-]*(?:,? [A-Z][\w'.-]*)*)"
+            r"(?: now| these days| nowadays)?\.?$",
+        ),
+        Rule(
             "someone_else",
             "a fact about someone else in the user's life (their boss, a child, a pet) never replaces or repeats one "
             "about the user or another person",
