@@ -166,6 +166,7 @@ def test_moving_to_a_place_is_where_the_user_lives_now():
     [
         ("The user lives in Tokyo.", "The user lives in Lima.", "CONTRADICTS"),  # the model said INDEPENDENT
         ("The user lives in Cairo these days.", "The user lives in Hanoi.", "CONTRADICTS"),
+        ("The user lives in St. Louis.", "The user lives in St. Louis now.", "DUPLICATE"),
     ],
 )
 def test_one_home_at_a_time(old, new, verdict):

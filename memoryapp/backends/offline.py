@@ -287,7 +287,7 @@ def _grammar_verdict(old, new):
 
 
 def _home(fact):
-    return R.one_home.match(fact.strip())[1].casefold()
+    return R.one_home.match(fact.strip())[1].rstrip(".").casefold()  # "Berlin." is "Berlin" ("St. Louis" keeps its dot)
 
 
 def names(text):
