@@ -182,6 +182,11 @@ def test_a_home_is_judged_against_a_home_however_far_apart_their_names_embed():
     assert writing.neighbour_floor("The user lives in a small flat.") == embeddings.floor("neighbour")
 
 
+def test_an_elided_clause_is_no_fact():
+    """ "…but my husband is." leaves its predicate out: "The user's husband is." would say nothing, in every block."""
+    assert [t for t, _ in _facts("I am not vegetarian, but my husband is.")] == ["The user is not vegetarian."]
+
+
 def test_our_stack_is_a_fact_about_the_organisation():
     facts = offline.extract_facts("Our stack is Go. I like table-driven tests.")
     assert [(f["text"], f["scope"]) for f in facts] == [

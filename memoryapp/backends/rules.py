@@ -461,8 +461,9 @@ TABLE = {
         ),
         Rule(
             "cut_short",
-            "drops a fact cut short ('The user cannot.')",
-            r"\b(?:been|cannot|can't|can|theirs|mine|here|there|in|to|of|for|with|at|from|by)\.$",
+            "drops a fact cut short ('The user cannot.', 'The user's husband is.')",
+            r"\b(?:been|cannot|can't|can|theirs|mine|here|there|in|to|of|for|with|at|from|by"
+            r"|is|are|was|were|does|do|did|has|have|will|would)\.$",
         ),
         Rule("says_nothing", "drops a possession with nothing said of it ('The user's best friend.')"),
         Rule(
