@@ -4,12 +4,13 @@ import secrets
 from collections import Counter
 from datetime import timedelta
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
-from memoryapp import backends, clock, erasure, onetime, people, portal, sessions, validation, writing
+from memoryapp import backends, clock, embeddings, erasure, onetime, people, portal, sessions, validation, writing
 from memoryapp.models import (
     AgentSession,
     ApiKey,
@@ -135,13 +136,31 @@ def delete_fact(fact, admin):
 
 
 def pending_proposals(org):
-    """The admin's queue, oldest first, with who proposed each one."""
-    return _named(
+    """The admin's queue, oldest first, with who proposed each one and the org facts each is close to."""
+    proposals = _named(
         org,
         OrgFactProposal.objects.filter(org=org, status=OrgFactProposal.Status.PENDING)
         .select_related("proposed_by")
         .order_by("created_at", "id"),
     )
+    _with_related(org, proposals)
+    return proposals
+
+
+def _with_related(org, proposals, limit=3):
+    """Set each proposal's `related`: the live org facts its verdicts would weigh it against (the nearest above
+    its neighbour floor), so an admin sees "Never deploy on Fridays." beside "The team deploys on Fridays."."""
+    for proposal in proposals:
+        proposal.related = []
+    # One read of the tier's vectors and one batch of embeddings, not a query per proposal: a tier is small.
+    facts = list(MemoryFact.objects.for_org(org).live().for_model(embeddings.model_name()).only("text", "embedding"))
+    if not proposals or not facts:
+        return
+    tier = np.array([f.embedding for f in facts], dtype=np.float32)
+    for proposal, vector in zip(proposals, embeddings.embed_many([p.text for p in proposals]), strict=True):
+        scores = tier @ vector
+        floor = writing.neighbour_floor(proposal.text)
+        proposal.related = [facts[i] for i in np.argsort(-scores)[:limit] if scores[i] >= floor]
 
 
 def recent_decisions(org, limit=10):

@@ -191,6 +191,20 @@ def test_the_proposer_sees_the_words_their_suggestion_was_added_in_and_later_cha
     assert "An admin has removed it from the team's memory since." in client_for(bob).get("/me/").content.decode()
 
 
+def test_each_proposal_shows_the_org_facts_it_is_close_to(scripted, org, alice, bob):
+    """An admin approving "The team deploys on Fridays." sees "Never deploy on Fridays." beside it."""
+    org_fact(org, "The team never deploys on Fridays.", "constraint", alice)
+    org_fact(org, "The team's office is in Leeds.", "profile", alice)
+    OrgFactProposal.objects.create(org=org, proposed_by=bob, text="The team deploys on Fridays.", kind="constraint")
+    OrgFactProposal.objects.create(org=org, proposed_by=bob, text="The team's mascot is a heron.", kind="profile")
+    deploys, mascot = orgs.pending_proposals(org)
+    assert [f.text for f in deploys.related] == ["The team never deploys on Fridays."]
+    assert "The team never deploys on Fridays." not in [f.text for f in mascot.related]
+    page = client_for(alice).get(f"/orgs/{org.slug}/proposals/").content.decode()
+    nearby = page.split(f'id="related_p{deploys.id}"')[1].split("</div>")[0]
+    assert "Already in the org memory" in nearby and "“The team never deploys on Fridays.”" in nearby
+
+
 def test_admin_can_edit_a_proposal_before_approving_and_bad_edits_are_refused(scripted, org, alice, bob):
     proposal = OrgFactProposal.objects.create(org=org, proposed_by=bob, text="we deploy fridays", kind="goal")
     c = client_for(alice)
