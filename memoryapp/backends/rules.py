@@ -462,8 +462,10 @@ TABLE = {
         Rule(
             "cut_short",
             "drops a fact cut short ('The user cannot.', 'The user's husband is.')",
-            r"\b(?:been|cannot|can't|can|theirs|mine|here|there|in|to|of|for|with|at|from|by"
-            r"|is|are|was|were|does|do|did|has|have|will|would)\.$",
+            r"\b(?:been|cannot|can't|can|theirs|mine|here|there|in|to|of|for|with|at|from|by)\.$"
+            # or all its predicate is a verb that stands for one left out ("my cousin is [colour blind] as well")
+            r"|^The user(?:'s(?: [\w'-]+){1,3})?(?: also| never| too)?"
+            r" (?:is|are|was|were|does|did|has|have|will|would)\.$",
         ),
         Rule("says_nothing", "drops a possession with nothing said of it ('The user's best friend.')"),
         Rule(
