@@ -187,6 +187,8 @@ def _add_read_tools(server, caller):
         memory is off). With a session id, the session's block is reused (cache-safe); without, it is
         computed for this message and nothing is logged."""
         api_key = caller.key(ctx, "read")
+        if not session_id and sessions.find_user(api_key.org, caller.user(user)) is None:
+            return ""  # a person this key has not met yet: nothing is remembered (and no one is created)
         person = caller.person(api_key, user)
         if session_id:
             return recall.recall(_session(api_key, person, session_id), message).block
