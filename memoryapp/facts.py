@@ -75,7 +75,13 @@ def for_the_assistant(person):
 
 
 class NotCurrent(Exception):
-    """The fact has been replaced; only the current version can be corrected."""
+    """The fact has been replaced; only the current version can be corrected or deleted."""
+
+    def __init__(self):
+        super().__init__(
+            "This version has been replaced by a newer one; correct or delete the current version (its id is "
+            "this version's superseded_by)."
+        )
 
 
 BadCursor = paging.BadCursor
@@ -288,7 +294,12 @@ def correct(fact, text, kind, *, api_key, via="api"):
 
 
 def forget(fact, *, api_key, via="api"):
-    """Delete the fact and its earlier versions through the person's own deletion path; returns how many."""
+    """Delete the fact and its earlier versions through the person's own deletion path; returns how many.
+
+    A replaced version raises NotCurrent: deleting it would leave its newer version remembered, while the
+    answer said the fact was forgotten."""
     _not_the_persons(fact)
+    if fact.superseded_at is not None:
+        raise NotCurrent()
     _, actor = VIA[via]
     return writing.delete_fact(fact, actor=actor, reason=f"deleted by {key_note(api_key, via)}")

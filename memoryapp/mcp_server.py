@@ -301,8 +301,8 @@ def _add_change_tools(server, caller):
             raise Refused("fact_rejected", f"Not stored: {exc}.") from None
         except facts.MemoryOff:
             raise Refused("memory_off", "Memory is switched off for this person.") from None
-        except facts.NotCurrent:
-            raise Refused("superseded", "This version has been replaced; correct the current one.") from None
+        except facts.NotCurrent as exc:
+            raise Refused("superseded", str(exc)) from None
         except facts.Held as held:
             return {
                 "changed": False,
@@ -323,6 +323,8 @@ def _add_change_tools(server, caller):
             return {"deleted": facts.forget(caller.fact(api_key, fact_id), api_key=api_key, via="mcp")}
         except facts.CorrectedByPerson as exc:
             raise Refused("corrected_by_person", exc.said_to(api_key)) from None
+        except facts.NotCurrent as exc:
+            raise Refused("superseded", str(exc)) from None
 
 
 def _add_resources(server, caller):

@@ -326,8 +326,8 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: CorrectIn):
         raise ApiError(422, "fact_rejected", f"Not stored: {exc}.", "text") from None
     except facts.MemoryOff:
         raise ApiError(409, "memory_off", MEMORY_OFF) from None
-    except facts.NotCurrent:
-        raise ApiError(409, "superseded", "This version has been replaced; correct the current one.") from None
+    except facts.NotCurrent as exc:
+        raise ApiError(409, "superseded", str(exc)) from None
     except facts.Held as held:
         pending = facts.pending_json(held.candidate)
         unchanged = fact_out(fact) if request.api_key.allows("read") else None
@@ -349,6 +349,8 @@ def delete_fact(request: HttpRequest, fact_id: uuid.UUID):
         deleted = facts.forget(_fact(request, fact_id), api_key=request.api_key)
     except facts.CorrectedByPerson as exc:
         raise _corrected_by_person(request, exc) from None
+    except facts.NotCurrent as exc:
+        raise ApiError(409, "superseded", str(exc)) from None
     return Status(200, {"deleted": deleted})
 
 

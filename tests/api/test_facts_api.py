@@ -360,6 +360,17 @@ def test_a_key_cannot_correct_or_delete_what_the_person_corrected(api, alice, sc
     assert MemoryFact.objects.for_user(alice).count() == 2 and not FactEvent.objects.filter(actor="agent").exists()
 
 
+def test_deleting_a_replaced_version_is_refused_so_the_newer_one_is_not_silently_kept(api, alice, scripted):
+    """An agent holding an old id asks to forget it: a 200 would say "forgotten" while the new version lives."""
+    old = api.post("/v1/users/alice/facts", {"text": "The user lives in Paris.", "kind": "profile"}).json()["fact"]
+    new = api.patch(f"/v1/facts/{old['id']}", {"text": "The user lives in Bern."}).json()["fact"]
+    refused = api.delete(f"/v1/facts/{old['id']}")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "superseded"
+    assert "delete the current version" in refused.json()["error"]["message"]
+    assert MemoryFact.objects.filter(id__in=[old["id"], new["id"]]).count() == 2
+    assert api.delete(f"/v1/facts/{new['id']}").json() == {"deleted": 2}  # the current one takes its history
+
+
 def test_a_fact_the_agent_wrote_itself_stays_the_agents_to_correct(api, alice, scripted):
     made = api.post("/v1/users/alice/facts", {"text": DOG, "kind": "profile"}).json()["fact"]
     fixed = api.patch(f"/v1/facts/{made['id']}", {"text": "The user's dog is called Pickle.", "kind": "profile"})
