@@ -101,7 +101,7 @@ def test_mcp_remember_answers_pending(org, api_key, held):
     assert FactCandidate.objects.pending().get().text == CLAIM
 
 
-def test_extraction_holds_a_claim_with_its_source_and_stores_the_rest(org, held, scripted):
+def test_extraction_holds_a_claim_with_its_source_and_stores_the_rest(org, api_key, held, scripted):
     scripted.extract_answer = {"facts": [{"text": NURSE, "kind": "profile"}, {"text": CLAIM, "kind": "profile"}]}
     person = sessions.get_or_create_user(org, "alice")
     session = sessions.open_session(org, person)
@@ -111,6 +111,9 @@ def test_extraction_holds_a_claim_with_its_source_and_stores_the_rest(org, held,
     assert live_texts(person) == {NURSE}
     candidate = FactCandidate.objects.pending().get(user=person)
     assert candidate.text == CLAIM and candidate.source_session_id == session.id and candidate.extraction_run_id
+    # The agent polling the session learns that something waits for the person's word.
+    status = api(api_key).get(f"/api/v1/sessions/{session.id}").json()
+    assert status["facts_pending"] == [str(candidate.id)] and len(status["facts_written"]) == 1
 
 
 @pytest.mark.parametrize(

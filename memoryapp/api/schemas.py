@@ -91,11 +91,17 @@ class SessionStatusOut(Schema):
     ended: bool
     ended_at: datetime | None
     end_reason: str | None
-    extraction_status: str
+    extraction_status: Literal["pending", "queued", "running", "done", "failed", "skipped"] = Field(
+        ...,
+        description="done and skipped (memory off) are final; failed is retried until its attempts run out",
+    )
     turns: int
     facts_written: list[uuid.UUID]
     facts_confirmed: list[uuid.UUID]
     facts_superseded: list[uuid.UUID]
+    facts_pending: list[uuid.UUID] = Field(
+        ..., description="Candidates from this session waiting for the person's word (GET /users/{user}/pending)"
+    )
 
 
 class RecallIn(BodyIn):

@@ -11,7 +11,7 @@ from memoryapp import sessions
 from memoryapp.api.auth import requires
 from memoryapp.api.errors import ERRORS, ApiError
 from memoryapp.api.schemas import NOT_BLANK, AcceptedOut, QueuedOut, SessionIn, SessionOut, SessionStatusOut, TurnsIn
-from memoryapp.models import AgentSession, FactEvent
+from memoryapp.models import AgentSession, FactCandidate, FactEvent
 
 router = Router(tags=["sessions"])
 
@@ -118,7 +118,8 @@ def end_session(request: HttpRequest, session_id: uuid.UUID):
 @router.get("/{session_id}", response={200: SessionStatusOut, **ERRORS})
 @requires("read")
 def session_status(request: HttpRequest, session_id: uuid.UUID):
-    """Memory mode, end, extraction status, and the facts the session wrote, confirmed and superseded."""
+    """Memory mode, end, extraction status, and the facts the session wrote, confirmed and superseded, and
+    those waiting for the person's word."""
     session = get_session(request, session_id)
     events = FactEvent.objects.filter(session=session, user=session.user).values_list("action", "fact_id")
     by_action = {"created": [], "confirmed": [], "superseded": []}
@@ -141,5 +142,11 @@ def session_status(request: HttpRequest, session_id: uuid.UUID):
             "facts_written": by_action["created"],
             "facts_confirmed": by_action["confirmed"],
             "facts_superseded": by_action["superseded"],
+            "facts_pending": list(
+                FactCandidate.objects.pending()
+                .filter(user=session.user, source_session=session)
+                .order_by("created_at", "id")
+                .values_list("id", flat=True)
+            ),
         },
     )

@@ -298,7 +298,7 @@ def test_status_lists_facts_written_confirmed_and_superseded(api, scripted):
     assert status["extraction_status"] == "done" and status["memory"] == "on" and status["user"] == "ext-1"
     assert status["facts_written"] == [str(new_db.id)]
     assert status["facts_confirmed"] == [str(short.id)]
-    assert status["facts_superseded"] == [str(old_db.id)]
+    assert status["facts_superseded"] == [str(old_db.id)] and status["facts_pending"] == []
     assert sorted(api.get(f"/v1/sessions/{first}").json()["facts_written"]) == sorted([str(old_db.id), str(short.id)])
 
 

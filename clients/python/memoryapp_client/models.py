@@ -134,6 +134,7 @@ class SessionStatus(Model):
     facts_written: list[uuid.UUID]
     facts_confirmed: list[uuid.UUID]
     facts_superseded: list[uuid.UUID]
+    facts_pending: list[uuid.UUID] = []  # waiting for the person's word
 
 
 class Accepted(Model):
