@@ -175,6 +175,12 @@ def test_one_home_at_a_time(old, new, verdict):
     assert offline._grammar_verdict("The user lives in Berlin.", "The user lives in a small flat.") is None
 
 
+def test_a_new_home_judged_below_the_usual_floor_replaces_only_a_home():
+    """The lower floor lets "lives in Zürich" meet facts it has nothing to do with: it must retire none of them."""
+    olds = ["The user is a site reliability engineer.", "The user lives in Cairo."]
+    assert offline.verdicts("The user lives in Zürich.", olds) == ["INDEPENDENT", "CONTRADICTS"]
+
+
 def test_a_home_is_judged_against_a_home_however_far_apart_their_names_embed():
     from memoryapp import embeddings, writing
 

@@ -393,8 +393,13 @@ def verdicts(new, olds):
             out[i] == "CONTRADICTS" and _leaning(old) == _leaning(new) == 1 and not R.changed.search(new)
         ):
             out[i] = "INDEPENDENT"
+    home = phrasing.states_home(new)
     for i, old in enumerate(olds):
         out[i] = _grammar_verdict(old, new) or out[i]
+        if R.one_home.applies(home and similarity[i] < floor and not phrasing.states_home(old)):
+            # Judged only because a new home is worded far from the old one: it replaces a home, nothing else
+            # ("lives in Zürich" retired "is a site reliability engineer").
+            out[i] = "INDEPENDENT"
     differ = [i for i, old in enumerate(olds) if R.names_differ.applies(_names_differ(old, new))]
     if differ:
         for i in differ:
