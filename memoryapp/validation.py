@@ -51,12 +51,26 @@ _SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 _BLANKS = re.compile("[\u115f\u1160\u3164\uffa0\u2800]")
 
 
+def _emoji_part(text, i):
+    """An emoji's own joiner or presentation selector: a joiner between two symbols (👨‍👩‍👧), one
+    emoji selector after a symbol (❤️). Neither can carry hidden text."""
+    ch, before = text[i], text[i - 1] if i else ""
+    after = text[i + 1] if i + 1 < len(text) else ""
+    if ch == "\u200d":
+        return unicodedata.category(before or " ") == "So" and unicodedata.category(after or " ") == "So"
+    return ch == "\ufe0f" and unicodedata.category(before or " ") == "So"
+
+
 def without_invisible(text):
     """`text` with nothing a reader cannot see: no format characters (category Cf: zero-width spaces and
-    joiners, bidi overrides and isolates, the soft hyphen, the tag characters), no variation selectors;
-    blank fillers become spaces."""
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    return _BLANKS.sub(" ", _SELECTORS.sub("", text))
+    joiners, bidi overrides and isolates, the soft hyphen, the tag characters), no variation selectors
+    but an emoji's own (_emoji_part); blank fillers become spaces."""
+    text = "".join(
+        ch
+        for i, ch in enumerate(text)
+        if (unicodedata.category(ch) != "Cf" and not _SELECTORS.match(ch)) or _emoji_part(text, i)
+    )
+    return _BLANKS.sub(" ", text)
 
 
 def normalise(text):

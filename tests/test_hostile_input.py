@@ -366,6 +366,18 @@ def test_a_text_hidden_in_variation_selectors_never_reaches_the_block(api, org):
     assert not re.search("[\ufe00-\ufe0f\U000e0100-\U000e01ef\u1160\u3164\u2800]", block)
 
 
+def test_emoji_keep_their_joiners_and_presentation(api):
+    """A family emoji is one picture only with its joiners; removing invisible characters must not split it."""
+    text = "The user's family is 👨\u200d👩\u200d👧 and they love ❤\ufe0f and 🏃\u200d♀\ufe0f."
+    stored = api.post("/v1/users/emoji/facts", {"text": text, "kind": "profile"}).json()["fact"]["text"]
+    assert stored == text
+    # A joiner or selector anywhere else still goes.
+    assert (
+        validation.normalise("The user likes te\u200da\ufe0f and \u2764\ufe0f\ufe0f.")
+        == "The user likes tea and \u2764\ufe0f."
+    )
+
+
 def test_a_correction_from_the_account_page_is_normalised(org, make_user):
     person = make_user("rami", org)
     fact = writing.store(person, "The user prefers tea.", "preference").fact
