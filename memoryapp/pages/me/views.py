@@ -440,7 +440,8 @@ def proposal_withdraw(request, proposal_id):
     """Withdraw one of my pending suggestions for an organisation's shared memory."""
     proposal = get_object_or_404(OrgFactProposal.objects.filter(proposed_by=request.user), id=proposal_id)
     if orgs.withdraw_proposal(proposal, request.user):
-        messages.success(request, f"Withdrawn. {proposal.org.name}'s admins will no longer see this suggestion.")
+        admins = f"{possessive(proposal.org.name)} admins"
+        messages.success(request, f"Withdrawn. {admins} will no longer see this suggestion.")
     else:
         messages.info(request, "An admin has already decided on this suggestion, so it can no longer be withdrawn.")
     back = request.POST.get("next", "")
