@@ -181,6 +181,11 @@ def test_a_new_home_judged_below_the_usual_floor_replaces_only_a_home():
     assert offline.verdicts("The user lives in Zürich.", olds) == ["INDEPENDENT", "CONTRADICTS"]
 
 
+def test_a_denial_never_retires_a_value_it_does_not_name():
+    """ "I moved to Porto, so I no longer live in Lisbon": the denial of Lisbon left only itself in the block."""
+    assert offline.verdicts("The user no longer lives in Lisbon.", ["The user lives in Porto."]) == ["INDEPENDENT"]
+
+
 def test_a_home_is_judged_against_a_home_however_far_apart_their_names_embed():
     from memoryapp import embeddings, writing
 

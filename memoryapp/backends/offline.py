@@ -400,17 +400,25 @@ def verdicts(new, olds):
             # Judged only because a new home is worded far from the old one: it replaces a home, nothing else
             # ("lives in Zürich" retired "is a site reliability engineer").
             out[i] = "INDEPENDENT"
-    differ = [i for i, old in enumerate(olds) if R.names_differ.applies(_names_differ(old, new))]
-    if differ:
-        for i in differ:
-            # Two facts that name different things are never the same fact: MiniLM puts "lives in
-            # Lisbon" and "lives in Madrid" close together, and DUPLICATE would drop the new value.
-            # When both state the same one-value relation (age, employer, spouse, home) they
-            # contradict; otherwise the model chooses between the two other answers.
-            if relation[i] == relation[-1] and relation[i] in single:
-                out[i] = "CONTRADICTS"
-            elif out[i] == "DUPLICATE":
-                out[i] = _best_but_duplicate(probs[i])
+    return _when_names_differ(out, olds, new, relation, single, probs)
+
+
+def _when_names_differ(out, olds, new, relation, single, probs):
+    """The verdicts again for the pairs where each fact names something the other does not."""
+    for i, old in enumerate(olds):
+        if not R.names_differ.applies(_names_differ(old, new)):
+            continue
+        # Two facts that name different things are never the same fact: MiniLM puts "lives in
+        # Lisbon" and "lives in Madrid" close together, and DUPLICATE would drop the new value.
+        # When both state the same one-value relation (age, employer, spouse, home) they
+        # contradict; otherwise the model chooses between the two other answers. A denial names what
+        # it denies: "no longer lives in Lisbon" retires "lives in Lisbon", never "lives in Porto".
+        if R.negation.search(new):
+            out[i] = "INDEPENDENT"
+        elif relation[i] == relation[-1] and relation[i] in single:
+            out[i] = "CONTRADICTS"
+        elif out[i] == "DUPLICATE":
+            out[i] = _best_but_duplicate(probs[i])
     return out
 
 
