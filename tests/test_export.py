@@ -94,3 +94,32 @@ def test_the_readable_download_names_the_fact_of_each_history_row_in_words(org, 
     assert any("You want to learn Zig this year. corrected you" in r for r in rows), rows
     assert any("a fact since deleted deleted you" in r for r in rows), rows
     assert not any(" extractor " in f" {r} " for r in rows)  # codes stay in the JSON
+
+
+def test_the_readable_download_says_what_a_held_item_is_and_why_without_internal_ids(org, alice, monkeypatch):
+    import html
+    import re
+
+    from django.test import Client
+
+    from memoryapp import validation
+
+    real = validation.judge
+
+    def judge(text, kind, *, vector=None):  # this one sentence reads as a claim
+        if "refunds" in text:
+            return validation.Judgement("pending", f"to confirm: {validation.PENDING_REASON}", 0.9)
+        return real(text, kind, vector=vector)
+
+    monkeypatch.setattr(validation, "judge", judge)
+    claim = "The user decides which refunds the shop pays."
+    assert writing.store(alice, claim, "profile").outcome == "pending"
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/me/data/export.html").content.decode()
+    rows = [
+        " ".join(html.unescape(re.sub(r"<[^>]+>", " ", r)).split()) for r in re.findall(r"<tr>(.*?)</tr>", page, re.S)
+    ]
+    held = next(r for r in rows if "held for your word" in r)
+    assert "You decide which refunds the shop pays." in held and "since deleted" not in held
+    assert "may claim authority" in held and "candidate" not in held and "to confirm" not in held

@@ -127,19 +127,47 @@ ACTOR_WORDS = {
 }
 
 
+# What an event about no stored fact is about (a candidate held for the person's word, a suggestion to the org).
+ABOUT_NO_FACT = {
+    "pending": "something held for your word",
+    "discarded": "something held for your word",
+    "lapsed": "something held for your word",
+    "proposed": "a suggestion to your organisation",
+}
+# The audit trail's reasons, in words; ids of candidates and proposals are dropped (they mean nothing here).
+REASON_WORDS = {
+    "contradicts": "a newer fact said something different",
+    "corrected": "a correction",
+    "staff": "support staff",
+    **{rule: words.lower() for rule, words in FORGET_REASONS.items()},
+}
+_REASON_IDS = re.compile(r"\b(?:candidate [0-9a-f-]{36}|proposal \d+)(?::\s*)?|\s*\((?:created|superseded|confirmed)\)")
+
+
+def reason_in_words(reason):
+    """An audit-trail reason for the person: no internal ids or codes ("candidate …: to confirm: …")."""
+    reason = _REASON_IDS.sub("", reason or "").replace("to confirm: ", "").strip(" ;:")
+    return REASON_WORDS.get(reason, reason)
+
+
 def history_in_words(doc):
-    """The export document's fact events, each with its fact's text and in words, oldest first."""
+    """The export document's fact events, each with what it is about and in words, oldest first."""
     texts = {str(f["id"]): f["text"] for f in doc["facts"]}
-    return [
-        {
-            "at": parse_datetime(e["at"]),
-            "text": texts.get(e["fact"]),
-            "what": EVENT_WORDS.get(e["action"], e["action"]),
-            "by": ACTOR_WORDS.get(e["actor"], e["actor"]),
-            "why": e["reason"] or "",
-        }
-        for e in doc["fact_events"]
-    ]
+    waiting = {w["id"]: w["text"] for w in doc.get("waiting_for_you", [])}
+    rows = []
+    for e in doc["fact_events"]:
+        held = re.search(r"candidate ([0-9a-f-]{36})", e["reason"] or "")
+        rows.append(
+            {
+                "at": parse_datetime(e["at"]),
+                "text": texts.get(e["fact"]) or (waiting.get(held[1]) if held else None),
+                "about": ABOUT_NO_FACT.get(e["action"], "a fact") if e["fact"] is None else "a fact since deleted",
+                "what": EVENT_WORDS.get(e["action"], e["action"]),
+                "by": ACTOR_WORDS.get(e["actor"], e["actor"]),
+                "why": reason_in_words(e["reason"]),
+            }
+        )
+    return rows
 
 
 def possessive(name):
