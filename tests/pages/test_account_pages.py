@@ -298,7 +298,9 @@ def test_a_button_pressed_again_after_its_work_is_done_says_nothing_was_changed(
     assert as_alice.post(f"/me/facts/{fact.id}/restore/").status_code == 404  # live, so nothing to restore
     again = text_of(as_alice.post(f"/me/facts/{fact.id}/restore/"))
     assert "Nothing was changed" in again and "may have been done already" in again
-    assert "Nothing was changed" not in text_of(as_alice.get("/me/facts/6b1f0f3e-5f0c-4c39-9a8e-1d2f3a4b5c6d/"))
+    assert "Already done, or no longer there" in again and "Page not found" not in again
+    missing = text_of(as_alice.get("/me/facts/6b1f0f3e-5f0c-4c39-9a8e-1d2f3a4b5c6d/"))
+    assert "Nothing was changed" not in missing and "Page not found" in missing
 
 
 def test_a_correction_of_two_sentences_is_refused_as_such(as_alice, alice, seeded):

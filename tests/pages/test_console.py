@@ -269,7 +269,8 @@ def test_fact_page_says_when_source_turns_were_deleted_by_retention(staff_client
 
 
 def test_unknown_ids_are_404(staff_client):
-    assert staff_client.get(reverse("console-fact", args=[uuid.uuid4()])).status_code == 404
+    missing = staff_client.get(reverse("console-fact", args=[uuid.uuid4()]))
+    assert missing.status_code == 404 and "Go to the console" in missing.content.decode()  # back where staff were
     assert staff_client.get(reverse("console-conversation", args=[uuid.uuid4()])).status_code == 404
     assert staff_client.get(reverse("console-run", args=[987654])).status_code == 404
     assert staff_client.get(reverse("console-forgetting-run", args=[987654])).status_code == 404
