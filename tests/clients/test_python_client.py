@@ -232,3 +232,28 @@ def test_a_503_is_retried_a_bounded_number_of_times():
     ):
         memory.list_facts("alice")
     assert len(seen) == 3 and unavailable.value.code == "unavailable" and unavailable.value.status == 503
+
+
+def test_an_end_whose_answer_was_lost_is_sent_again_and_a_bare_timeout_is_named(live_server, org, key):
+    class Losing(httpx.HTTPTransport):
+        ends = 0
+
+        def handle_request(self, request):
+            if request.url.path.endswith("/facts"):  # a read timeout with no message of its own
+                raise httpx.ReadTimeout("", request=request)
+            response = super().handle_request(request)
+            response.read()
+            if request.url.path.endswith("/end"):
+                Losing.ends += 1
+                if Losing.ends == 1:
+                    raise httpx.ReadTimeout("the answer was lost on the way", request=request)
+            return response
+
+    with MemoryClient(live_server.url, key, transport=Losing()) as memory:
+        session = memory.open_session("erin")
+        memory.add_turns(session.id, [("user", "I moved to Lisbon.")])
+        memory.end_session(session.id)  # ending twice is harmless, so a lost answer is sent again
+        assert Losing.ends == 2 and memory.session(session.id).ended
+        with pytest.raises(MemoryappError) as timed_out:
+            memory.list_facts("erin")
+    assert timed_out.value.code == "unreachable" and timed_out.value.message.endswith(": ReadTimeout")

@@ -60,7 +60,8 @@ class _Calls:
         )
 
     def _end_session(self, session):
-        return _Call("POST", f"/sessions/{session}/end", models.Queued)
+        # Ending an ended session is harmless (the server queues its extraction once): safe to send again.
+        return _Call("POST", f"/sessions/{session}/end", models.Queued, retry_when_unreachable=True)
 
     def _session(self, session):
         return _Call("GET", f"/sessions/{session}", models.SessionStatus)
@@ -152,7 +153,9 @@ class _Base(_Calls):
     def _wait_before_resending(self, call, exc, attempt):
         """Seconds to wait before sending a call again whose answer never came, or raise it as unreachable."""
         if not call.retry_when_unreachable or attempt >= self.max_retries:
-            raise MemoryappError(0, "unreachable", f"{call.method} {call.path}: {exc}") from exc
+            # Some transport errors have no message of their own (a read timeout): their name says what happened.
+            what = str(exc) or type(exc).__name__
+            raise MemoryappError(0, "unreachable", f"{call.method} {call.path}: {what}") from exc
         return min(8.0, 0.5 * 2**attempt)
 
     @staticmethod
