@@ -300,7 +300,8 @@ def test_judging_is_bounded_when_the_neighbours_keep_changing_and_nothing_is_los
     person = sessions.get_or_create_user(org, "ned")
     scripted = backends.ScriptedBackend(verdicts={"editor": "CONTRADICTS"})
     writing.store(person, VIM, "profile", judge=scripted.verdicts)
-    others = ["Nano", "Kakoune", "Micro", "Joe", "Zed", "Pico", "Kate"][: writing.JUDGE_ATTEMPTS - 1]
+    editors = ["Nano", "Kakoune", "Micro", "Joe", "Zed", "Pico", "Kate", "Geany", "Jed", "Mg", "Ne", "Vis", "Lite"]
+    others = editors[: writing.JUDGE_ATTEMPTS - 1]
     versions = iter([f"The user's code editor is {name}." for name in others] + [HELIX, "x"])
     judged = []
 
