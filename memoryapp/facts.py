@@ -241,10 +241,14 @@ def remember(org, external_id, text, kind, *, api_key, via="api", session_id=Non
     outcome = result.outcome
     if outcome == "created" and result.superseded:
         outcome = "superseded"
-    fact = result.fact
-    if outcome in ("confirmed", "held") and not api_key.allows("read"):
-        fact = None  # the stored words are the person's, not what this key sent: only a reader sees them
+    # A confirmed or held write answers with the person's stored words, not the ones this key sent.
+    fact = shown_to(api_key, result.fact) if outcome in ("confirmed", "held") else result.fact
     return Remembered(outcome, fact, [f.id for f in result.superseded], result.candidate)
+
+
+def shown_to(api_key, fact):
+    """`fact` for a key that may read it, else None: a write-only key is never told the person's words."""
+    return fact if api_key.allows("read") else None
 
 
 def person_version(fact):

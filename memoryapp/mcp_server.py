@@ -306,7 +306,7 @@ def _add_change_tools(server, caller):
         except facts.Held as held:
             return {
                 "changed": False,
-                "fact": facts.fact_json(fact) if api_key.allows("read") else None,
+                "fact": facts.fact_json(fact) if facts.shown_to(api_key, fact) else None,
                 "replaced": None,
                 "pending": facts.pending_json(held.candidate),
             }

@@ -259,7 +259,7 @@ def neighbour_floor(text):
     """The similarity a live fact needs to be judged against `text`: lower when `text` announces a change."""
     # The value a change replaces is often worded far from it ("now uses PlanetScale" / "uses MySQL"); so is
     # the home a new one replaces ("lives in Hanoi" / "lives in Cairo": 0.45 apart).
-    return embeddings.floor("change" if phrasing.announces_change(text) or phrasing.states_home(text) else "neighbour")
+    return embeddings.floor("change" if phrasing.announces_change(text) or phrasing.home_of(text) else "neighbour")
 
 
 def _same_neighbours(a, b):

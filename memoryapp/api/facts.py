@@ -330,7 +330,7 @@ def correct_fact(request: HttpRequest, fact_id: uuid.UUID, payload: CorrectIn):
         raise ApiError(409, "superseded", str(exc)) from None
     except facts.Held as held:
         pending = facts.pending_json(held.candidate)
-        unchanged = fact_out(fact) if request.api_key.allows("read") else None
+        unchanged = fact_out(fact) if facts.shown_to(request.api_key, fact) else None
         return Status(202, {"changed": False, "fact": unchanged, "replaced": None, "pending": pending})
     except facts.CorrectedByPerson as exc:
         raise _corrected_by_person(request, exc) from None

@@ -281,13 +281,10 @@ def _grammar_verdict(old, new):
     a, b = R.one_named.match(old.strip()), R.one_named.match(new.strip())
     if a and b and a[1].casefold() == b[1].casefold() and a[2].casefold() != b[2].casefold():
         return "CONTRADICTS"
-    if phrasing.states_home(old) and phrasing.states_home(new) and _home(old) != _home(new):
+    a, b = phrasing.home_of(old), phrasing.home_of(new)
+    if a and b and a != b:
         return "CONTRADICTS"
     return None
-
-
-def _home(fact):
-    return R.one_home.match(fact.strip())[1].rstrip(".").casefold()  # "Berlin." is "Berlin" ("St. Louis" keeps its dot)
 
 
 def names(text):
@@ -393,10 +390,10 @@ def verdicts(new, olds):
             out[i] == "CONTRADICTS" and _leaning(old) == _leaning(new) == 1 and not R.changed.search(new)
         ):
             out[i] = "INDEPENDENT"
-    home = phrasing.states_home(new)
+    home = phrasing.home_of(new)
     for i, old in enumerate(olds):
         out[i] = _grammar_verdict(old, new) or out[i]
-        if R.one_home.applies(home and similarity[i] < floor and not phrasing.states_home(old)):
+        if R.one_home.applies(home and similarity[i] < floor and not phrasing.home_of(old)):
             # Judged only because a new home is worded far from the old one: it replaces a home, nothing else
             # ("lives in Zürich" retired "is a site reliability engineer").
             out[i] = "INDEPENDENT"

@@ -16,9 +16,11 @@ def announces_change(fact):
     return bool(R.announces_change.search(fact))
 
 
-def states_home(fact):
-    """True for "The user lives in <a named place>.": one home at a time, so a new one replaces the old."""
-    return bool(R.one_home.match(fact.strip()))
+def home_of(fact):
+    """The place of "The user lives in <a named place>." (casefolded, without the full stop), else None: one
+    home at a time, so a new one replaces the old."""
+    found = R.one_home.match(fact.strip())
+    return found[1].rstrip(".").casefold() if found else None  # "Berlin." is "Berlin" ("St. Louis" keeps its dot)
 
 
 def reported(sentence):
